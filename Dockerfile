@@ -1,0 +1,71 @@
+# gym-mcp-bridge: the bridge and one NeMo Gym resources server (managed mode) in one image.
+#
+#   docker build -t gym-mcp-bridge .                       # nemo-gym 0.4.0
+#   docker build --build-arg NEMO_GYM_VERSION=0.4.0 -t gym-mcp-bridge .
+#   docker run --rm -p 8000:8000 -e GYM_MCP_BRIDGE_SECRET_FILE=/run/secrets/bridge_secret \
+#     -v "$PWD/secrets/bridge_secret:/run/secrets/bridge_secret:ro" gym-mcp-bridge
+#
+# Stages: `uv` (uv from PyPI), `bridge-env` (the bridge's venv from uv.lock, no dev group),
+# `gym-env` (the Gym venv: nemo-gym + the resource-server import slice), final (non-root, no
+# compilers, both venvs). Each venv is built at the path it has in the final stage, so the
+# absolute paths uv writes into scripts and pyvenv.cfg stay valid.
+# No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time.
+
+FROM python:3.12-slim AS uv
+ARG UV_VERSION=0.13.9
+# --target keeps the uv binary at a fixed path whatever the interpreter's install prefix is.
+RUN PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
+    pip install --no-cache-dir --target /opt/uv "uv==${UV_VERSION}"
+ENV PATH=/opt/uv/bin:$PATH \
+    UV_PYTHON=/usr/local/bin/python3 \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_LINK_MODE=copy \
+    UV_COMPILE_BYTECODE=1 \
+    UV_NO_CACHE=1
+
+# --- the bridge's environment, from the lock file ---------------------------------------------
+FROM uv AS bridge-env
+ENV UV_PROJECT_ENVIRONMENT=/opt/bridge
+WORKDIR /src
+# Dependencies first (layer cached until uv.lock or pyproject.toml change), then the project.
+COPY pyproject.toml uv.lock README.md ./
+RUN uv sync --frozen --no-dev --no-install-project
+COPY bridge ./bridge
+RUN uv sync --frozen --no-dev --no-editable \
+    && /opt/bridge/bin/gym-mcp-bridge --help >/dev/null
+
+# --- the Gym environment the upstream runs in ---------------------------------------------------
+FROM uv AS gym-env
+ARG NEMO_GYM_VERSION=0.4.0
+COPY scripts/setup-gym-env.sh scripts/find-python.sh scripts/gym-requirements.txt /opt/gym-setup/
+RUN NEMO_GYM_VERSION="${NEMO_GYM_VERSION}" /opt/gym-setup/setup-gym-env.sh /opt/gym-env /usr/local/bin/python3
+
+# --- runtime ------------------------------------------------------------------------------------
+FROM python:3.12-slim
+ARG NEMO_GYM_VERSION=0.4.0
+LABEL org.opencontainers.image.title="gym-mcp-bridge" \
+      org.opencontainers.image.description="NeMo Gym resources server behind MCP (streamable HTTP) and Gym's HTTP contract" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.nemo-gym.version="${NEMO_GYM_VERSION}"
+RUN groupadd --system --gid 10001 gym \
+    && useradd --system --uid 10001 --gid gym --home-dir /home/gym --create-home --shell /usr/sbin/nologin gym
+COPY --from=gym-env /opt/gym-env /opt/gym-env
+COPY --from=bridge-env /opt/bridge /opt/bridge
+# A stable path for the upstream boot script, for the sidecar layout (Gym in its own container):
+#   /opt/gym-env/bin/python /opt/upstream_boot.py --server NAME --host 0.0.0.0 --port 9000
+RUN ln -s /opt/bridge/lib/python3.12/site-packages/bridge/upstream_boot.py /opt/upstream_boot.py
+ENV PATH=/opt/bridge/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    GYM_MCP_BRIDGE_HOST=0.0.0.0 \
+    GYM_MCP_BRIDGE_PORT=8000 \
+    GYM_MCP_BRIDGE_GYM_PYTHON=/opt/gym-env/bin/python
+USER 10001:10001
+WORKDIR /home/gym
+EXPOSE 8000
+# Liveness only (/healthz answers while the upstream is still starting); readiness is /readyz.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('GYM_MCP_BRIDGE_PORT', '8000') + '/healthz', timeout=4)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["gym-mcp-bridge"]
+CMD ["serve"]

@@ -1,0 +1,42 @@
+# gym-mcp-bridge: make setup | run | test | lint | bench
+# Idempotent: uv is bootstrapped into .cache/ when missing, the bridge environment is .venv (from
+# uv.lock), the Gym environment for the upstream is .gym-env (nemo-gym on Python 3.12).
+
+SHELL := /bin/bash
+UV_VERSION := 0.13.9
+NEMO_GYM_VERSION ?= 0.4.0
+UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.cache/uv-venv/bin/uv)
+BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find-python.sh 3.12)
+GYM_PYTHON_BASE ?= $(shell scripts/find-python.sh 3.12)
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint fmt bench clean
+
+$(CURDIR)/.cache/uv-venv/bin/uv:
+	python3 -m venv .cache/uv-venv
+	.cache/uv-venv/bin/pip install -q "uv==$(UV_VERSION)"
+
+setup: $(UV)
+	$(UV) sync -q --frozen --python "$(BRIDGE_PYTHON)"
+	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env "$(GYM_PYTHON_BASE)"
+
+run: setup
+	.venv/bin/gym-mcp-bridge serve $(ARGS)
+
+lint: setup
+	.venv/bin/ruff check bridge tests examples benchmarks
+	.venv/bin/ruff format --check bridge tests examples benchmarks
+	.venv/bin/mypy
+
+fmt: setup
+	.venv/bin/ruff check --fix bridge tests examples benchmarks
+	.venv/bin/ruff format bridge tests examples benchmarks
+
+test: lint
+	.venv/bin/pytest $(PYTEST_ARGS)
+
+bench: setup
+	.venv/bin/python -m benchmarks.run $(ARGS)
+
+clean:
+	rm -rf .venv .gym-env .cache .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from bridge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,77 @@
+"""The ASGI application: routes of both surfaces, health and metrics, error rendering, lifespan.
+
+``create_app(bridge)`` expects a started ``Bridge`` (``cli.serve`` starts the upstream before the
+server accepts connections, so a failed start is one line, not a traceback). The lifespan runs
+the MCP session manager, the session sweeper and, in managed mode, the upstream supervisor; on
+shutdown (after uvicorn has drained in-flight requests) it stops the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from bridge.core import Bridge
+from bridge.health import Health
+from bridge.mcp_endpoint import McpEndpoint
+from bridge.responses import error
+from bridge.rest import RestSurface
+
+log = logging.getLogger("gym_mcp_bridge")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return error(404, f"no route {request.method} {request.url.path}")
+    if exc.status_code == 405:
+        return error(405, f"method {request.method} not allowed on {request.url.path}")
+    return error(exc.status_code, str(exc.detail))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error(500, f"internal error ({type(exc).__name__}); see the bridge log")
+
+
+def create_app(bridge: Bridge) -> Starlette:
+    mcp = McpEndpoint(bridge)
+    mcp.server.name = bridge.upstream.server_name
+    health = Health(bridge)
+
+    async def metrics(request: Request) -> Response:
+        return Response(bridge.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(bridge.sweep_forever())]
+        if bridge.upstream.mode == "managed":
+            tasks.append(asyncio.create_task(bridge.upstream.supervise()))
+        try:
+            async with mcp.manager.run():
+                yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await bridge.upstream.stop()
+
+    routes = [
+        Route("/healthz", health.healthz, methods=["GET"]),
+        Route("/readyz", health.readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/mcp", mcp.app),
+        *RestSurface(bridge).routes(),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )

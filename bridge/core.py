@@ -1,0 +1,293 @@
+"""The bridge's shared state and the operations both surfaces (Gym REST and MCP) perform.
+
+``Bridge`` owns the settings, the upstream, the session registry, the token signer and the tool
+sets. A request flows one way through it: the surface parses the request, ``authorize`` turns a
+token into its session (or a ``Rejected`` with the reason, before any upstream contact),
+``seed`` / ``call_tool`` / ``forward`` talk to the upstream with the session's cookie, and the
+surface renders the outcome. Nothing here knows about HTTP routing or JSON-RPC framing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from typing import Any
+
+import httpx
+import orjson
+
+from bridge import tools as tools_mod
+from bridge.calllog import ToolCallRecord
+from bridge.metrics import Metrics
+from bridge.sessions import Session, SessionCapReached, SessionError, SessionLost, SessionRegistry
+from bridge.settings import Settings
+from bridge.tokens import HEADER, TokenError, TokenSigner
+from bridge.tools import ToolSets
+from bridge.upstream import Upstream, UpstreamTimeout, UpstreamUnavailable
+
+log = logging.getLogger("gym_mcp_bridge")
+
+BRIDGE_COOKIE = "gym_mcp_bridge_session"
+TYPED_SEED_KEY = "resources_session_id"
+
+
+class Rejected(Exception):
+    """Refused before reaching the upstream. ``status`` is the HTTP code on the REST surface."""
+
+    def __init__(self, reason: str, status: int, kind: str, retry_after: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    status: int
+    body: bytes
+    content_type: str
+    is_error: bool
+    set_cookies: list[str]
+    message: str  # what a model reads: the upstream's text, or why the call failed
+
+
+def cookie_pair(set_cookie: str) -> str:
+    """``name=value`` of a Set-Cookie header, without its attributes."""
+    return set_cookie.split(";", 1)[0].strip()
+
+
+def strip_bridge_cookie(cookie_header: str | None) -> str:
+    if not cookie_header:
+        return ""
+    jar = SimpleCookie()
+    try:
+        jar.load(cookie_header)
+    except Exception:
+        return cookie_header
+    return "; ".join(f"{k}={m.coded_value}" for k, m in jar.items() if k != BRIDGE_COOKIE)
+
+
+class Bridge:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.upstream = Upstream(settings)
+        self.sessions = SessionRegistry(
+            settings.session_ttl_s, settings.max_sessions, settings.max_calls_logged
+        )
+        self.metrics = Metrics()
+        self.started_at = time.time()
+        self.bound: tuple[str, int] = (settings.host, settings.port)
+        self.toolsets: ToolSets | None = None
+        self.upstream_routes: frozenset[str] = frozenset()
+        self.signer: TokenSigner | None = None
+        self.keys, self.generated_key = settings.signing_keys()
+
+    # -- startup --------------------------------------------------------------------------------
+
+    @property
+    def advertise_url(self) -> str:
+        if self.settings.advertise_url:
+            return self.settings.advertise_url
+        host, port = self.bound
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    async def start(self) -> None:
+        """Start or reach the upstream, then load its tools. Raises UpstreamStartError."""
+        await self.upstream.start()
+        await self.load_tools()
+        self.signer = TokenSigner(self.keys, issuer=self.advertise_url, audience=self.upstream.server_name)
+
+    async def load_tools(self) -> None:
+        spec = await self.upstream.get_json("/openapi.json")
+        openapi, catch_all = tools_mod.from_openapi(spec)
+        self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
+        self.toolsets = ToolSets(openapi, catch_all, list(self.settings.tools_from))
+        bad = tools_mod.unsafe_names(openapi.names, self.upstream.server_name)
+        if bad:
+            log.warning(
+                "tool names some clients cannot accept (outside [A-Za-z0-9_-] or over 64 characters as "
+                "mcp__%s__<tool>): %s",
+                self.upstream.server_name,
+                ", ".join(bad),
+            )
+        log.info(
+            "tools from %s: %s%s",
+            self.upstream.url,
+            ", ".join(openapi.names) or "(none)",
+            " (catch-all dispatcher: tools come from each row)" if catch_all else "",
+        )
+
+    def not_ready_reason(self) -> str | None:
+        if not self.upstream.ready:
+            return self.upstream.not_ready_reason or "upstream not ready"
+        if self.toolsets is None or self.signer is None:
+            return "tool list not loaded yet"
+        return None
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def authorize(self, token: str | None, tool: str | None = None) -> Session:
+        """The session a token names; Rejected (without touching the upstream) otherwise."""
+        if not token:
+            raise Rejected(
+                f"missing session token: send the {HEADER} header from /seed_session", 401, "missing"
+            )
+        if self.signer is None:
+            raise Rejected("bridge not ready", 503, "not_ready")
+        try:
+            claims = self.signer.verify(token)
+        except TokenError as exc:
+            raise Rejected(str(exc), 401, "token") from exc
+        try:
+            session = self.sessions.get(claims.sid, self.upstream.generation)
+        except SessionLost as exc:
+            raise Rejected(str(exc), 409, "lost") from exc
+        except SessionError as exc:
+            raise Rejected(str(exc), 401, "session") from exc
+        if tool is not None and tool not in claims.tools:
+            allowed = ", ".join(claims.tools) or "none"
+            raise Rejected(
+                f"tool {tool!r} is not in this session's allow-list ({allowed})", 403, "allow_list"
+            )
+        return session
+
+    def mcp_metadata(self, session: Session) -> dict[str, Any]:
+        return {
+            "server_name": self.upstream.server_name,
+            "url_path": "/mcp",
+            "url": f"{self.advertise_url}/mcp",
+            "transport": "http",
+            "headers": {HEADER: session.token},
+        }
+
+    async def seed(
+        self, body: bytes, row: dict[str, Any], cookie_header: str
+    ) -> tuple[httpx.Response, Session | None]:
+        """Forward a seed; on success create the session. Returns the upstream response and session."""
+        if self.toolsets is None or self.signer is None:
+            raise Rejected(self.not_ready_reason() or "not ready", 503, "not_ready", retry_after=1)
+        self.sessions.sweep()
+        if len(self.sessions) >= self.settings.max_sessions:
+            raise Rejected(
+                f"session cap reached ({self.settings.max_sessions} open sessions); retry later or raise max_sessions",
+                503,
+                "cap",
+                retry_after=5,
+            )
+        generation = self.upstream.generation
+        response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
+        if not response.is_success:
+            return response, None
+        set_cookies = response.headers.get_list("set-cookie")
+        cookie = "; ".join(cookie_pair(c) for c in set_cookies) or cookie_header
+        try:
+            session = self.sessions.create(body, cookie, self.toolsets.for_row(row), generation)
+        except SessionCapReached as exc:
+            raise Rejected(str(exc), 503, "cap", retry_after=5) from exc
+        session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        self.metrics.sessions_created.inc()
+        self.metrics.sessions_active.set(len(self.sessions))
+        return response, session
+
+    def close(self, session: Session) -> None:
+        self.sessions.close(session.sid)
+        self.metrics.sessions_active.set(len(self.sessions))
+
+    # -- upstream calls -------------------------------------------------------------------------
+
+    async def call_tool(
+        self,
+        session: Session,
+        name: str,
+        arguments: dict[str, Any],
+        transport: str,
+        emitted: str | None = None,
+    ) -> ToolOutcome:
+        """Validate, call ``POST /<name>`` with the session's cookie, capture refreshes, log the call."""
+        if name not in session.toolset.tools:
+            allowed = ", ".join(session.tool_names) or "none"
+            raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", 404, "unknown_tool")
+        problem = session.toolset.validate(name, arguments)
+        if problem is not None:
+            raise Rejected(problem, 422, "arguments")
+        body = orjson.dumps(arguments)
+        started = time.time()
+        clock = time.perf_counter()
+        try:
+            response = await self.upstream.post(f"/{name}", body, _json_headers(session.cookie))
+            text = response.text
+            outcome = ToolOutcome(
+                status=response.status_code,
+                body=response.content,
+                content_type=response.headers.get("content-type", "application/json"),
+                is_error=not response.is_success,
+                set_cookies=response.headers.get_list("set-cookie"),
+                message=text
+                if response.is_success
+                else f"upstream answered HTTP {response.status_code}: {text}",
+            )
+            if outcome.set_cookies:
+                session.cookie = "; ".join(cookie_pair(c) for c in outcome.set_cookies)
+        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+            outcome = ToolOutcome(
+                status=504 if isinstance(exc, UpstreamTimeout) else 502,
+                body=orjson.dumps({"detail": str(exc)}),
+                content_type="application/json",
+                is_error=True,
+                set_cookies=[],
+                message=str(exc),
+            )
+        elapsed = time.perf_counter() - clock
+        self.sessions.record(
+            session,
+            ToolCallRecord(
+                call_id=f"call_{uuid.uuid4().hex[:24]}",
+                emitted_name=emitted or name,
+                canonical_name=name,
+                arguments=arguments,
+                output=outcome.message,
+                is_error=outcome.is_error,
+                started_at=started,
+                duration_s=elapsed,
+            ),
+        )
+        self.metrics.tool_calls.labels(name, transport, _outcome_label(outcome)).inc()
+        self.metrics.tool_latency.labels(transport).observe(elapsed)
+        return outcome
+
+    async def forward(
+        self, path: str, body: bytes, cookie_header: str, timeout: float | None = None
+    ) -> httpx.Response:
+        return await self.upstream.post(path, body, _json_headers(cookie_header), timeout=timeout)
+
+    async def sweep_forever(self, interval_s: float = 5.0) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self.sessions.sweep(generation=self.upstream.generation)
+            self.metrics.sessions_active.set(len(self.sessions))
+            self.metrics.upstream_up.set(1 if self.not_ready_reason() is None else 0)
+            self.metrics.upstream_restarts.set(self.upstream.restarts)
+
+
+def _json_headers(cookie_header: str) -> dict[str, str]:
+    headers = {"content-type": "application/json"}
+    if cookie_header:
+        headers["cookie"] = cookie_header
+    return headers
+
+
+def _outcome_label(outcome: ToolOutcome) -> str:
+    if not outcome.is_error:
+        return "ok"
+    if outcome.status == 504:
+        return "timeout"
+    if outcome.status == 502:
+        return "unavailable"
+    return "upstream_error"

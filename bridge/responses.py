@@ -1,0 +1,64 @@
+"""HTTP request parsing and responses shared by the REST surface and verify.
+
+``read_object`` enforces the body limits and the JSON-object shape before anything else runs;
+``error`` is the one-line ``{"detail": ...}`` refusal; ``upstream_response`` relays the
+upstream's answer unchanged (status, body, content type, Set-Cookie).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from bridge.core import Rejected
+
+
+def error(status: int, reason: str, retry_after: int | None = None) -> JSONResponse:
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"detail": reason}, status_code=status, headers=headers)
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+
+
+async def read_object(request: Request, limit: int) -> tuple[bytes, dict[str, Any]]:
+    """The body as bytes and as a JSON object; Rejected with 400/413 otherwise."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Rejected(f"request body too large ({declared} bytes, limit {limit})", 413, "body_size")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Rejected(f"request body too large (over {limit} bytes)", 413, "body_size")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        return b"{}", {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Rejected(f"malformed JSON body: {exc}".splitlines()[0], 400, "json") from exc
+    if not isinstance(value, dict):
+        raise Rejected(f"request body must be a JSON object, got {type(value).__name__}", 400, "json")
+    return body, value
+
+
+def add_cookies(response: Response, set_cookies: list[str]) -> Response:
+    for cookie in set_cookies:
+        response.raw_headers.append((b"set-cookie", cookie.encode("latin-1")))
+    return response
+
+
+def upstream_response(response: httpx.Response) -> Response:
+    """The upstream's answer as-is: status, body, content type, Set-Cookie."""
+    out = Response(
+        response.content, status_code=response.status_code, media_type=response.headers.get("content-type")
+    )
+    return add_cookies(out, response.headers.get_list("set-cookie"))

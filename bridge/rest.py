@@ -1,0 +1,166 @@
+"""Gym's resources-server HTTP contract, served transparently in front of the upstream.
+
+``/seed_session`` forwards the row, creates the session and adds the MCP metadata (``mcp``, or
+``resources_tools`` for Gym >= 0.7 typed seeds) with the signed token; the upstream's Set-Cookie
+goes back to the caller beside the bridge's own session cookie. ``POST /<tool>`` forwards with the
+session's cookie when the request names a session (token header or bridge cookie), else with the
+caller's cookies. ``/verify`` is handed to ``verify``; ``/close_session`` revokes the session;
+``/aggregate_metrics`` is forwarded. Every refusal is a 4xx/5xx JSON ``{"detail": one line}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from bridge import verify as verify_mod
+from bridge.core import BRIDGE_COOKIE, TYPED_SEED_KEY, Bridge, Rejected, strip_bridge_cookie
+from bridge.responses import add_cookies, error, read_object, upstream_response
+from bridge.sessions import Session
+from bridge.tokens import from_headers
+from bridge.upstream import UpstreamTimeout, UpstreamUnavailable
+
+
+def session_of(bridge: Bridge, request: Request, tool: str | None = None) -> Session | None:
+    """The session a REST request names (token header, else bridge cookie), or None."""
+    token = from_headers(request.headers, bearer=False) or request.cookies.get(BRIDGE_COOKIE)
+    if token is None:
+        return None
+    return bridge.authorize(token, tool)
+
+
+class RestSurface:
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/seed_session", self.seed_session, methods=["POST"]),
+            Route("/verify", self.verify, methods=["POST"]),
+            Route("/close_session", self.close_session, methods=["POST"]),
+            Route("/aggregate_metrics", self.aggregate_metrics, methods=["POST"]),
+            Route("/{tool:str}", self.tool, methods=["POST"]),
+        ]
+
+    async def _guard(self, request: Request) -> tuple[bytes, dict[str, Any]]:
+        key = self.bridge.settings.api_key
+        if key is not None:
+            given = request.headers.get("authorization", "")
+            expected = f"Bearer {key.get_secret_value()}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                raise Rejected(
+                    "missing or wrong API key: send 'Authorization: Bearer <api_key>'", 401, "api_key"
+                )
+        reason = self.bridge.not_ready_reason()
+        if reason is not None:
+            raise Rejected(f"bridge not ready: {reason.splitlines()[0]}", 503, "not_ready", retry_after=2)
+        return await read_object(request, self.bridge.settings.max_body_bytes)
+
+    async def _run(self, request: Request, handler: Any) -> Response:
+        try:
+            body, value = await self._guard(request)
+            response: Response = await handler(request, body, value)
+            return response
+        except Rejected as exc:
+            self.bridge.metrics.rejections.labels(exc.kind).inc()
+            return error(exc.status, exc.reason, exc.retry_after)
+        except UpstreamTimeout as exc:
+            return error(504, str(exc))
+        except UpstreamUnavailable as exc:
+            return error(502, str(exc).splitlines()[0])
+
+    async def seed_session(self, request: Request) -> Response:
+        return await self._run(request, self._seed)
+
+    async def _seed(self, request: Request, body: bytes, row: dict[str, Any]) -> Response:
+        cookies = strip_bridge_cookie(request.headers.get("cookie"))
+        response, session = await self.bridge.seed(body, row, cookies)
+        if session is None:
+            return upstream_response(response)
+        try:
+            payload = response.json() if response.content else {}
+        except ValueError:
+            payload = {}
+        if not isinstance(payload, dict):
+            payload = {"result": payload}
+        metadata = self.bridge.mcp_metadata(session)
+        if TYPED_SEED_KEY in row or TYPED_SEED_KEY in payload:
+            payload["resources_tools"] = metadata
+        else:
+            payload["mcp"] = metadata
+        out = add_cookies(
+            Response(orjson.dumps(payload), status_code=response.status_code, media_type="application/json"),
+            response.headers.get_list("set-cookie"),
+        )
+        out.set_cookie(
+            BRIDGE_COOKIE,
+            session.token,
+            max_age=int(self.bridge.settings.session_ttl_s),
+            httponly=True,
+            samesite="lax",
+        )
+        return out
+
+    async def tool(self, request: Request) -> Response:
+        return await self._run(request, self._tool)
+
+    async def _tool(self, request: Request, body: bytes, arguments: dict[str, Any]) -> Response:
+        name = request.path_params["tool"]
+        toolsets = self.bridge.toolsets
+        assert toolsets is not None
+        session = session_of(self.bridge, request, name)
+        if session is not None:
+            outcome = await self.bridge.call_tool(session, name, arguments, transport="http")
+            out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
+            return add_cookies(out, outcome.set_cookies)
+        if name not in toolsets.openapi.tools and not toolsets.catch_all:
+            raise Rejected(f"unknown route /{name}: the upstream has no such tool", 404, "unknown_route")
+        cookies = strip_bridge_cookie(request.headers.get("cookie"))
+        return upstream_response(await self.bridge.forward(f"/{name}", body, cookies))
+
+    async def verify(self, request: Request) -> Response:
+        return await self._run(request, self._verify)
+
+    async def _verify(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
+        session = session_of(self.bridge, request)
+        cookies = strip_bridge_cookie(request.headers.get("cookie"))
+        return await verify_mod.verify(self.bridge, session, value, cookies)
+
+    async def close_session(self, request: Request) -> Response:
+        return await self._run(request, self._close)
+
+    async def _close(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
+        session = session_of(self.bridge, request)
+        cookies = (
+            session.cookie if session is not None else strip_bridge_cookie(request.headers.get("cookie"))
+        )
+        if "close_session" in self.bridge.upstream_routes:
+            response = await self.bridge.forward("/close_session", body, cookies)
+            if session is not None and response.is_success:
+                self.bridge.close(session)
+            out = upstream_response(response)
+        elif session is None:
+            raise Rejected(
+                "no session named: send the session token header or the bridge cookie", 400, "session"
+            )
+        else:
+            self.bridge.close(session)
+            out = JSONResponse({"closed": True, "session": session.sid})
+        out.delete_cookie(BRIDGE_COOKIE)
+        return out
+
+    async def aggregate_metrics(self, request: Request) -> Response:
+        return await self._run(request, self._aggregate)
+
+    async def _aggregate(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
+        cookies = strip_bridge_cookie(request.headers.get("cookie"))
+        return upstream_response(
+            await self.bridge.forward(
+                "/aggregate_metrics", body, cookies, timeout=self.bridge.settings.verify_timeout_s
+            )
+        )

@@ -1,0 +1,128 @@
+"""The bridge's one settings object.
+
+Every field is read from the environment as ``GYM_MCP_BRIDGE_<FIELD>`` (pydantic-settings) and can
+be overridden by a ``--field-name`` flag (``cli`` builds the flags from these fields and passes
+the ones given as keyword arguments). Invalid values are rejected when the object is built;
+``describe_error`` turns the validation error into one line naming the flag and the variable.
+"""
+
+from __future__ import annotations
+
+import secrets as _secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "GYM_MCP_BRIDGE_"
+DEFAULT_SERVER = "example_session_state_mgmt"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+ToolSource = Literal["row", "openapi"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    host: str = Field("127.0.0.1", description="address the bridge binds")
+    port: int = Field(8000, ge=0, le=65535, description="port the bridge binds (0 picks a free one)")
+    advertise_url: str | None = Field(
+        None, description="absolute base URL put into session metadata (default: from the bound host/port)"
+    )
+    upstream_url: str | None = Field(None, description="external mode: URL of a running resources server")
+    resources_server: str = Field(
+        DEFAULT_SERVER,
+        description="managed mode: bundled Gym env name, module:Class, or config.yaml[:instance]",
+    )
+    server_name: str | None = Field(
+        None, description="MCP server name and token audience (default: the Gym instance name)"
+    )
+    gym_python: Path | None = Field(
+        None, description="interpreter of the Gym environment (default: .gym-env)"
+    )
+    upstream_host: str = Field("127.0.0.1", description="host the managed upstream binds")
+    upstream_port: int = Field(0, ge=0, le=65535, description="port the managed upstream binds (0: free)")
+    startup_timeout_s: float = Field(240.0, gt=0, description="managed upstream readiness budget")
+    secret: SecretStr | None = Field(
+        None, description="HMAC key(s) for session tokens, comma-separated; the first signs, all verify"
+    )
+    secret_file: Path | None = Field(None, description="file holding the key(s), one per line")
+    session_ttl_s: float = Field(3600.0, gt=0, description="session and token lifetime")
+    max_sessions: int = Field(10000, ge=1, description="open sessions before /seed_session answers 503")
+    tool_timeout_s: float = Field(60.0, gt=0, description="budget of one upstream tool call")
+    verify_timeout_s: float = Field(300.0, gt=0, description="budget of one upstream /verify")
+    api_key: SecretStr | None = Field(
+        None, description="when set, required as 'Authorization: Bearer' on the Gym REST surface"
+    )
+    tools_from: list[ToolSource] = Field(
+        ["row", "openapi"], description="where a session's tools come from, first non-empty wins"
+    )
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
+    restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
+    shutdown_grace_s: float = Field(10.0, ge=0, description="drain time for in-flight calls on SIGTERM")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+
+    @field_validator("tools_from", mode="before")
+    @classmethod
+    def _split_sources(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("advertise_url", "upstream_url")
+    @classmethod
+    def _absolute_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")) or "//" not in value[:8] or len(value) < 10:
+            raise ValueError(f"must be an absolute http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if not self.tools_from:
+            raise ValueError("tools_from needs at least one of row, openapi")
+        if self.secret is not None and self.secret_file is not None:
+            raise ValueError("give secret or secret_file, not both")
+        if self.secret_file is not None and not self.secret_file.is_file():
+            raise ValueError(f"secret_file {self.secret_file} does not exist")
+        return self
+
+    @property
+    def managed(self) -> bool:
+        return self.upstream_url is None
+
+    def signing_keys(self) -> tuple[list[str], bool]:
+        """(keys, generated): keys from secret or secret_file, or one random key for this process."""
+        if self.secret_file is not None:
+            raw = self.secret_file.read_text()
+            keys = [line.strip() for line in raw.splitlines() if line.strip()]
+        elif self.secret is not None:
+            keys = [k.strip() for k in self.secret.get_secret_value().split(",") if k.strip()]
+        else:
+            return [_secrets.token_hex(32)], True
+        if not keys or any(len(k) < 16 for k in keys):
+            raise ValueError("every signing key must be at least 16 characters")
+        return keys, False
+
+    def resolved_gym_python(self) -> Path:
+        if self.gym_python is not None:
+            return self.gym_python
+        return PROJECT_ROOT / ".gym-env" / "bin" / "python"
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line per invalid field: the flag, the variable, and what is wrong."""
+    parts = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        message = item["msg"].removeprefix("Value error, ")
+        if field:
+            given = item.get("input")
+            shown = f" (got {given!r})" if not isinstance(given, dict) and field != "secret" else ""
+            parts.append(f"--{field.replace('_', '-')} / {ENV_PREFIX}{field.upper()}: {message}{shown}")
+        else:
+            parts.append(message)
+    return "invalid settings: " + "; ".join(parts)

@@ -1,0 +1,144 @@
+"""Signed per-rollout session tokens (JWT, HS256, PyJWT).
+
+``TokenSigner.issue`` makes the token handed out by ``/seed_session``: claims ``sid`` (session
+id), ``iss`` (this replica's advertise URL), ``aud`` (the server name), ``iat``, ``exp`` and
+``tools`` (the session's tool allow-list). The upstream cookie never goes into a token.
+``TokenSigner.verify`` checks, in order: size, signature under any of the configured keys (the
+first key signs; the rest allow rotation), expiry and not-before, audience, issuer. Each failure
+raises ``TokenError`` with its own one-line reason; a token from another replica names that
+replica's URL. Verified claims are cached per token string until they expire, so the hot path
+decodes each token once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import jwt
+
+HEADER = "X-NeMo-Gym-Session-Token"
+MAX_TOKEN_BYTES = 8192
+_CACHE_SIZE = 16384
+
+
+class TokenError(Exception):
+    """A token was refused; str(exc) is the one-line reason given to the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    sid: str
+    issuer: str
+    audience: str
+    issued_at: int
+    expires_at: int
+    tools: tuple[str, ...]
+
+
+class TokenSigner:
+    def __init__(self, keys: list[str], issuer: str, audience: str) -> None:
+        if not keys:
+            raise ValueError("at least one signing key is needed")
+        self._keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self._cache: OrderedDict[str, Claims] = OrderedDict()
+
+    def issue(self, sid: str, tools: tuple[str, ...], ttl_s: float, now: float | None = None) -> str:
+        issued = int(now if now is not None else time.time())
+        payload = {
+            "sid": sid,
+            "iss": self.issuer,
+            "aud": self.audience,
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + int(ttl_s),
+            "tools": list(tools),
+        }
+        return jwt.encode(payload, self._keys[0], algorithm="HS256")
+
+    def verify(self, token: str) -> Claims:
+        now = time.time()
+        cached = self._cache.get(token)
+        if cached is not None:
+            if cached.expires_at > now:
+                return cached
+            del self._cache[token]
+            raise TokenError("session token expired")
+        claims = self._decode(token)
+        self._cache[token] = claims
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return claims
+
+    def _decode(self, token: str) -> Claims:
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenError(f"session token too large ({len(token)} bytes, limit {MAX_TOKEN_BYTES})")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.DecodeError as exc:
+            raise TokenError("session token is malformed (not a JWT)") from exc
+        if header.get("alg") != "HS256":
+            raise TokenError(f"session token algorithm {header.get('alg')!r} is not accepted (HS256 only)")
+        payload = None
+        for key in self._keys:
+            try:
+                payload = jwt.decode(
+                    token,
+                    key,
+                    algorithms=["HS256"],
+                    options={
+                        "verify_aud": False,
+                        "verify_iss": False,
+                        "require": ["sid", "exp", "iat", "iss"],
+                    },
+                    leeway=0,
+                )
+                break
+            except jwt.InvalidSignatureError:
+                continue
+            except jwt.ExpiredSignatureError as exc:
+                raise TokenError("session token expired") from exc
+            except jwt.ImmatureSignatureError as exc:
+                raise TokenError("session token is not valid yet (nbf/iat in the future)") from exc
+            except jwt.MissingRequiredClaimError as exc:
+                raise TokenError(f"session token lacks the {exc.claim!r} claim") from exc
+            except jwt.InvalidTokenError as exc:
+                raise TokenError(f"session token is invalid: {exc}") from exc
+        if payload is None:
+            raise TokenError("session token signature is invalid (not signed by this deployment's key)")
+        if payload.get("iss") != self.issuer:
+            raise TokenError(
+                f"session token was issued by another replica ({payload.get('iss')}); "
+                f"send this session's requests there, not to {self.issuer}"
+            )
+        if payload.get("aud") != self.audience:
+            raise TokenError(
+                f"session token is for server {payload.get('aud')!r}, this bridge serves {self.audience!r}"
+            )
+        tools = payload.get("tools", [])
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+            raise TokenError("session token has a malformed tools claim")
+        return Claims(
+            sid=str(payload["sid"]),
+            issuer=str(payload["iss"]),
+            audience=str(payload["aud"]),
+            issued_at=int(payload["iat"]),
+            expires_at=int(payload["exp"]),
+            tools=tuple(tools),
+        )
+
+
+def from_headers(headers: Mapping[str, str], *, bearer: bool) -> str | None:
+    """The session token of a request: X-NeMo-Gym-Session-Token, else (on /mcp) a Bearer token."""
+    token = headers.get(HEADER)
+    if token:
+        return token.strip()
+    if bearer:
+        auth = headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            return auth[7:].strip()
+    return None

@@ -1,0 +1,188 @@
+"""Tool discovery and the tool sets sessions are served from.
+
+Two sources, per DESIGN "Tools":
+
+- ``from_openapi``: the upstream's ``/openapi.json``. Every ``POST /<name>`` route outside the
+  reserved names becomes a tool; its JSON body schema (``$ref``s inlined) is the input schema,
+  and a route without a body takes an empty object. A ``POST /{param}`` route marks the upstream
+  as a catch-all dispatcher, whose tools exist only in the rows.
+- ``from_row``: the function tools of a seeded row's ``responses_create_params.tools``, the
+  per-task list the model sees natively.
+
+``ToolSets`` interns row tool lists by content, so thousands of sessions seeded from the same
+dataset share one ``ToolSet``; a session keeps only a reference. ``ToolSet.validate`` checks call
+arguments against a tool's schema (jsonschema) before anything reaches the upstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import mcp_types as types
+import orjson
+
+RESERVED = frozenset({"seed_session", "verify", "close_session", "aggregate_metrics", "reverify_mode", "mcp"})
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+CLIENT_NAME_LIMIT = 64  # Claude, OpenAI and Codex all cap function names at 64 characters
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_INTERNED_LIMIT = 1024
+
+
+class ToolDiscoveryError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ToolSet:
+    tools: dict[str, ToolSpec]
+    _mcp: list[types.Tool] | None = field(default=None, repr=False)
+    _validators: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.tools)
+
+    def mcp_tools(self) -> list[types.Tool]:
+        if self._mcp is None:
+            self._mcp = [
+                types.Tool(name=t.name, description=t.description or None, input_schema=t.input_schema)
+                for t in self.tools.values()
+            ]
+        return self._mcp
+
+    def validate(self, name: str, arguments: Mapping[str, Any]) -> str | None:
+        """None when the arguments fit the tool's schema, else a one-line reason."""
+        validator: Any = self._validators.get(name)
+        if validator is None:
+            schema = self.tools[name].input_schema
+            try:
+                cls = jsonschema.validators.validator_for(schema)
+                cls.check_schema(schema)
+                validator = cls(schema)
+            except jsonschema.SchemaError:
+                validator = False  # an upstream schema we cannot use: let the upstream judge
+            self._validators[name] = validator
+        if validator is False:
+            return None
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        return f"invalid arguments for {name}: {where}: {error.message}"
+
+
+def _inline_refs(node: Any, components: Mapping[str, Any], seen: tuple[str, ...] = ()) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            name = ref.rsplit("/", 1)[-1]
+            if name in seen:  # recursive model: stop inlining, accept any object there
+                return {"type": "object"}
+            target = components.get(name, {})
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline_refs(merged, components, (*seen, name))
+        return {k: _inline_refs(v, components, seen) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline_refs(v, components, seen) for v in node]
+    return node
+
+
+def from_openapi(spec: Mapping[str, Any]) -> tuple[ToolSet, bool]:
+    """(tools, catch_all) from an upstream's OpenAPI document."""
+    paths = spec.get("paths")
+    if not isinstance(paths, dict):
+        raise ToolDiscoveryError("upstream /openapi.json has no paths")
+    components = spec.get("components", {}).get("schemas", {})
+    tools: dict[str, ToolSpec] = {}
+    catch_all = False
+    for path, operations in paths.items():
+        post = operations.get("post") if isinstance(operations, dict) else None
+        if post is None:
+            continue
+        name = path.strip("/")
+        if "{" in name:
+            catch_all = catch_all or "/" not in name
+            continue
+        if not name or "/" in name or name in RESERVED:
+            continue
+        body = post.get("requestBody", {}).get("content", {}).get("application/json", {})
+        schema = _inline_refs(body.get("schema"), components) if body.get("schema") else dict(EMPTY_SCHEMA)
+        schema.pop("title", None)
+        description = post.get("description") or post.get("summary") or ""
+        tools[name] = ToolSpec(name=name, description=description, input_schema=schema)
+    return ToolSet(tools), catch_all
+
+
+def from_row(row: Mapping[str, Any]) -> list[ToolSpec]:
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        return []
+    found = []
+    for tool in params.get("tools") or []:
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            continue
+        wrapped = tool.get("function")
+        fn: dict[str, Any] = wrapped if isinstance(wrapped, dict) else tool  # chat-style wrapper
+        name = fn.get("name")
+        if not isinstance(name, str) or not name or name in RESERVED:
+            continue
+        parameters = fn.get("parameters")
+        schema = parameters if isinstance(parameters, dict) else dict(EMPTY_SCHEMA)
+        found.append(ToolSpec(name=name, description=str(fn.get("description") or ""), input_schema=schema))
+    return found
+
+
+def unsafe_names(names: Iterable[str], server_name: str) -> list[str]:
+    """Names some client cannot accept: characters outside [A-Za-z0-9_-], or too long once prefixed."""
+    prefix = len(f"mcp__{server_name}__")
+    return [n for n in names if not _SAFE_NAME.fullmatch(n) or prefix + len(n) > CLIENT_NAME_LIMIT]
+
+
+class ToolSets:
+    """The upstream's OpenAPI tool set, plus row tool sets interned by content."""
+
+    def __init__(self, openapi: ToolSet, catch_all: bool, sources: list[str]) -> None:
+        self.openapi = openapi
+        self.catch_all = catch_all
+        self.sources = sources
+        self._interned: OrderedDict[bytes, ToolSet] = OrderedDict()
+
+    def for_row(self, row: Mapping[str, Any]) -> ToolSet:
+        for source in self.sources:
+            if source == "openapi" and self.openapi.tools:
+                return self.openapi
+            if source == "row":
+                specs = from_row(row)
+                if specs:
+                    return self._intern(specs)
+        return ToolSet({})
+
+    def _intern(self, specs: list[ToolSpec]) -> ToolSet:
+        key = hashlib.blake2b(
+            orjson.dumps(
+                [(s.name, s.description, s.input_schema) for s in specs], option=orjson.OPT_SORT_KEYS
+            ),
+            digest_size=16,
+        ).digest()
+        found = self._interned.get(key)
+        if found is None:
+            found = ToolSet({s.name: s for s in specs})
+            self._interned[key] = found
+            if len(self._interned) > _INTERNED_LIMIT:
+                self._interned.popitem(last=False)
+        else:
+            self._interned.move_to_end(key)
+        return found

@@ -1,0 +1,190 @@
+"""``POST /verify``: score a rollout with the upstream's own ``/verify``, under canonical tool names.
+
+Data flow: the body (Gym row fields + ``response``, or ``trajectory``) and the session it names
+(or none) → the Responses object (given, or converted by ``trajectory``) → the seeded row fills
+in when the caller sent no row fields → a deep copy whose ``function_call`` names are resolved by
+``naming`` against the session's tool names (or the body's own tools) → upstream ``/verify`` with
+the session's cookie → the upstream's answer, with names restored to what the harness emitted
+(matched by ``call_id``) and ``_bridge`` added. The bridge never computes a reward: a rollout whose
+agent never ran is marked ``mask_sample: true``, and a lost session never reaches the upstream.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from bridge import naming, trajectory
+from bridge.core import Bridge, Rejected
+from bridge.responses import json_response, upstream_response
+from bridge.sessions import Session
+
+BRIDGE_KEY = "_bridge"
+TYPED_VERIFY_KEY = "verification_input"
+
+
+def _known_names(bridge: Bridge, session: Session | None, body: Mapping[str, Any]) -> Collection[str]:
+    if session is not None:
+        return session.tool_names
+    names = [str(t.get("name")) for t in _row_tools(body) if t.get("name")]
+    if names:
+        return names
+    return bridge.toolsets.openapi.names if bridge.toolsets is not None else ()
+
+
+def _row_tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    params = body.get("responses_create_params")
+    tools = params.get("tools") if isinstance(params, dict) else None
+    return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+
+
+def _response_slot(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The dict holding ``response`` (top level, or a typed body's ``verification_input``)."""
+    if isinstance(body.get("response"), dict):
+        return body
+    typed = body.get(TYPED_VERIFY_KEY)
+    if isinstance(typed, dict) and isinstance(typed.get("response"), dict):
+        return typed
+    return None
+
+
+def normalize(
+    response: dict[str, Any], known: Collection[str]
+) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    """Rename ``response``'s function calls in place to canonical names.
+
+    Returns (normalized {emitted: canonical}, unresolved emitted names, {call_id: emitted name}).
+    """
+    normalized: dict[str, str] = {}
+    unresolved: list[str] = []
+    emitted_by_call: dict[str, str] = {}
+    for item in trajectory.function_calls(response):
+        emitted = item.get("name")
+        if not isinstance(emitted, str):
+            continue
+        namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+        result = naming.resolve(emitted, known, namespace=namespace)
+        if result.canonical is None:
+            if emitted not in unresolved:
+                unresolved.append(emitted)
+            continue
+        shown = f"{namespace}.{emitted}" if namespace else emitted
+        if result.canonical != emitted or namespace:
+            normalized[shown] = result.canonical
+            call_id = item.get("call_id")
+            if isinstance(call_id, str):
+                emitted_by_call[call_id] = emitted
+            item["name"] = result.canonical
+            item.pop("namespace", None)
+    return normalized, unresolved, emitted_by_call
+
+
+def agent_never_ran(response: Mapping[str, Any], recorded_calls: int) -> bool:
+    """No tool call served, no output, and no input tokens where usage is stated."""
+    if recorded_calls > 0:
+        return False
+    for item in response.get("output") or []:
+        if not isinstance(item, dict):
+            return False
+        if item.get("type") != "message":
+            return False
+        content = item.get("content")
+        parts = content if isinstance(content, list) else [content]
+        if any((p.get("text") if isinstance(p, dict) else p) for p in parts):
+            return False
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        tokens = usage.get("input_tokens", usage.get("prompt_tokens"))
+        if isinstance(tokens, int | float) and tokens > 0:
+            return False
+    return True
+
+
+def _restore_names(payload: Any, emitted_by_call: Mapping[str, str], namespaces: Mapping[str, str]) -> None:
+    slot = _response_slot(payload) if isinstance(payload, dict) else None
+    if slot is None:
+        return
+    for item in trajectory.function_calls(slot["response"]):
+        call_id = item.get("call_id")
+        if isinstance(call_id, str) and call_id in emitted_by_call:
+            item["name"] = emitted_by_call[call_id]
+            if call_id in namespaces:
+                item["namespace"] = namespaces[call_id]
+
+
+async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
+    started = time.perf_counter()
+    body = dict(body)
+    raw_trajectory = body.pop("trajectory", None)
+    if raw_trajectory is not None:
+        if "response" in body:
+            raise Rejected("give either response or trajectory, not both", 400, "verify_body")
+        if (
+            isinstance(raw_trajectory, dict)
+            and raw_trajectory.get("format") == "recorded"
+            and session is None
+        ):
+            raise Rejected(
+                "trajectory format 'recorded' needs a session: send the session token header",
+                400,
+                "verify_body",
+            )
+        try:
+            body["response"] = trajectory.from_trajectory(raw_trajectory, session.calls if session else [])
+        except trajectory.TrajectoryError as exc:
+            raise Rejected(f"invalid trajectory: {exc}", 400, "verify_body") from exc
+    typed = TYPED_VERIFY_KEY in body
+    if session is not None and not typed and not (set(body) - {"response"}):
+        body = {**session.row, **body}
+    scoring = copy.deepcopy(body)
+    slot = _response_slot(scoring)
+    if slot is None and not typed:
+        raise Rejected("verify needs a 'response' (Responses object) or a 'trajectory'", 400, "verify_body")
+    response = slot["response"] if slot is not None else {}
+    namespaces = {
+        str(i["call_id"]): str(i["namespace"])
+        for i in trajectory.function_calls(response)
+        if isinstance(i.get("namespace"), str) and isinstance(i.get("call_id"), str)
+    }
+    normalized, unresolved, emitted_by_call = normalize(response, _known_names(bridge, session, scoring))
+    recorded = len(session.calls) if session is not None else 0
+    never_ran = agent_never_ran(response, recorded)
+    for emitted, canonical in normalized.items():
+        resolution = naming.resolve(emitted.rsplit(".", 1)[-1], [canonical])
+        bridge.metrics.normalizations.labels(resolution.convention or "namespace").inc()
+    upstream = await bridge.forward(
+        "/verify",
+        orjson.dumps(scoring),
+        session.cookie if session is not None else cookies,
+        timeout=bridge.settings.verify_timeout_s,
+    )
+    bridge.metrics.verify_latency.observe(time.perf_counter() - started)
+    report = {
+        "normalized": normalized,
+        "unresolved": unresolved,
+        "recorded_tool_calls": recorded,
+        "agent_never_ran": never_ran,
+    }
+    try:
+        payload = upstream.json() if upstream.is_success else None
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        bridge.metrics.verify_outcomes.labels(
+            "upstream_error" if not upstream.is_success else "passthrough"
+        ).inc()
+        return upstream_response(upstream)
+    _restore_names(payload, emitted_by_call, namespaces)
+    bridge.metrics.verify_outcomes.labels("never_ran" if never_ran else "scored").inc()
+    headers = {"x-gym-mcp-bridge": orjson.dumps(report).decode()}
+    if typed:  # Gym's typed verify responses forbid extra keys: the report travels in a header
+        return json_response(payload, upstream.status_code, headers)
+    if never_ran:
+        payload["mask_sample"] = True
+    payload[BRIDGE_KEY] = report
+    return json_response(payload, upstream.status_code, headers)

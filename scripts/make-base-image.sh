@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Makes a local stand-in for docker.io/library/python:3.12-slim so the project's real Dockerfile
+# builds unchanged on machines that have podman but no reachable container registry
+# (shared/CONTAINERS.md, "Base images without a registry"):
+#   1. debootstrap --variant=minbase bookworm + the libraries CPython links (cached under .cache/base-image/rootfs)
+#   2. this machine's CPython 3.12 (scripts/find-python.sh 3.12) copied into the rootfs at the same
+#      absolute path, parents made world-readable, symlinked as /usr/local/bin/python3|python|pip
+#   3. the machine's CA bundle as /etc/ssl/certs/ca-certificates.crt, PIP_CERT/SSL_CERT_FILE set
+#   4. tar | podman import  -> docker.io/library/python:3.12-slim
+# Idempotent and cached: does nothing when the tag exists and was made from the same inputs.
+# Needs scripts/setup-podman.sh to have run. Usage: scripts/make-base-image.sh [--force]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=scripts/podman-env.sh
+. "$here/podman-env.sh"
+tag=docker.io/library/python:3.12-slim
+cache=$root/.cache/base-image
+rootfs=$cache/rootfs
+ca=${BASE_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+force=${1:-}
+# Shared libraries CPython's extension modules link against that minbase lacks (what
+# python:3.12-slim carries too; tkinter's tcl/tk are left out, as there).
+include=libssl3,libsqlite3-0,libncursesw6,libreadline8,libnsl2,libtirpc3,netbase,tzdata
+
+python=$(readlink -f "$("$here/find-python.sh" 3.12)")
+prefix=$(dirname "$(dirname "$python")")           # e.g. /root/.pyenv/versions/3.12.1
+stamp="v2 $include $python $(sha256sum "$ca" | cut -c1-16)"
+if [ "$force" != --force ] && [ -f "$cache/stamp" ] && [ "$(cat "$cache/stamp")" = "$stamp" ] \
+  && podman image exists "$tag"; then
+  exit 0
+fi
+start=$(date +%s)
+mkdir -p "$cache"
+if [ ! -f "$cache/rootfs.done" ] || [ "$(cat "$cache/rootfs.done")" != "$include" ]; then
+  echo "make-base-image: debootstrap bookworm into $rootfs" >&2
+  rm -rf "$rootfs"
+  debootstrap --variant=minbase --include="$include" bookworm "$rootfs" http://deb.debian.org/debian >"$cache/debootstrap.log" 2>&1 \
+    || { tail -20 "$cache/debootstrap.log" >&2; exit 1; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  echo "$include" > "$cache/rootfs.done"
+fi
+
+echo "make-base-image: copying $prefix into the rootfs" >&2
+rm -rf "${rootfs:?}$prefix"
+mkdir -p "$rootfs$prefix"
+# The test suite and anything pip-installed on this machine stay out (python:3.12-slim ships only
+# pip); so does the machine's sandbox .pth hook.
+tar -C "$prefix" -c \
+  --exclude="./lib/python3.12/test" --exclude="./lib/python3.12/idlelib" \
+  --exclude="./lib/python3.12/site-packages/*" --exclude="__pycache__" . | tar -C "$rootfs$prefix" -x
+for d in "$prefix"/lib/python3.12/site-packages/pip "$prefix"/lib/python3.12/site-packages/pip-*.dist-info; do
+  [ -e "$d" ] && cp -a "$d" "$rootfs$prefix/lib/python3.12/site-packages/"
+done
+# A non-root user must be able to reach and run the interpreter.
+d=$prefix
+while [ "$d" != / ]; do chmod 755 "$rootfs$d"; d=$(dirname "$d"); done
+chmod -R a+rX "$rootfs$prefix"
+mkdir -p "$rootfs/usr/local/bin"
+ln -sf "$python" "$rootfs/usr/local/bin/python3"
+ln -sf "$python" "$rootfs/usr/local/bin/python"
+ln -sf "$python" "$rootfs/usr/local/bin/python3.12"
+ln -sf "$prefix/bin/pip3" "$rootfs/usr/local/bin/pip"
+ln -sf "$prefix/bin/pip3" "$rootfs/usr/local/bin/pip3"
+mkdir -p "$rootfs/etc/ssl/certs"
+cp "$ca" "$rootfs/etc/ssl/certs/ca-certificates.crt"
+chmod 644 "$rootfs/etc/ssl/certs/ca-certificates.crt"
+missing=$(for f in "$rootfs$prefix"/lib/python3.12/lib-dynload/*.so; do
+  chroot "$rootfs" ldd "${f#"$rootfs"}" 2>/dev/null | grep 'not found' | grep -v -E 'libt(cl|k)8' || true; done | sort -u)
+if [ -n "$missing" ]; then echo "make-base-image: libraries missing in the rootfs: $missing" >&2; exit 1; fi
+
+echo "make-base-image: importing $tag" >&2
+podman rmi -f "$tag" >/dev/null 2>&1 || true
+tar -C "$rootfs" -c . | podman import \
+  --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
+  --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
+  --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'ENV LANG=C.UTF-8' \
+  --change 'CMD ["python3"]' \
+  - "$tag" >/dev/null
+echo "$stamp" > "$cache/stamp"
+echo "make-base-image: $tag ready in $(( $(date +%s) - start )) s" >&2

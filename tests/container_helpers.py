@@ -1,0 +1,248 @@
+"""Shared code for the container tests (tests/test_containers.py).
+
+Engine: Docker when one answers (DOCKER_HOST or the default socket), else podman's
+Docker-compatible API from ``podman system service`` (scripts/podman-service.sh), with the
+project-local podman configuration (scripts/podman-env.sh) and the local stand-in for
+python:3.12-slim (scripts/make-base-image.sh). The Docker SDK for Python drives either.
+
+Rollout: the one every container test drives through a published port: seed the counter env
+(initial_count 3), MCP tools/call increment_counter 1 and 2 with the official MCP SDK client
+(streamable HTTP + ClientSession, the session token header from the seed metadata),
+get_counter_value == 6, /verify with expected_count 6 -> reward 1.0 and 5 -> 0.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+IMAGE_TAG = os.environ.get("GYM_MCP_BRIDGE_TEST_IMAGE", "localhost/gym-mcp-bridge:test")
+TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
+SEED_ROW: dict[str, Any] = {"responses_create_params": {"input": []}, "initial_count": 3}
+
+
+class NoEngine(Exception):
+    """No container engine can run here; the message says why (the skip reason)."""
+
+
+@dataclass
+class Engine:
+    kind: str  # "docker" | "podman"
+    client: Any  # docker.DockerClient
+    cli_env: dict[str, str]  # environment for the engine's CLI tools (podman, podman-compose)
+    started_service: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        if self.started_service:
+            subprocess.run([str(SCRIPTS / "podman-service.sh"), "stop"], env=self.cli_env, check=False)
+
+
+def podman_env() -> dict[str, str]:
+    """os.environ plus what scripts/podman-env.sh exports."""
+    out = subprocess.run(
+        ["bash", "-c", f". {SCRIPTS / 'podman-env.sh'} && env -0"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def connect_engine() -> Engine:
+    import docker
+
+    reasons = []
+    # 1. Docker (or anything DOCKER_HOST names).
+    if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
+        try:
+            client = docker.from_env(timeout=600)
+            client.ping()
+            return Engine("docker", client, dict(os.environ))
+        except Exception as exc:
+            reasons.append(f"Docker does not answer ({exc.__class__.__name__}: {exc})")
+    else:
+        reasons.append("no Docker engine (no DOCKER_HOST, no /var/run/docker.sock)")
+    # 2. podman through its Docker-compatible API.
+    if not shutil.which("podman"):
+        reasons.append("podman is not installed (scripts/ci-containers.sh installs it)")
+        raise NoEngine("; ".join(reasons))
+    env = podman_env()
+    if not Path(env["CONTAINERS_CONF"]).exists():
+        subprocess.run([str(SCRIPTS / "setup-podman.sh")], env=env, check=True)
+    t0 = time.monotonic()
+    base = subprocess.run([str(SCRIPTS / "make-base-image.sh")], env=env, capture_output=True, text=True)
+    if base.returncode != 0:
+        raise NoEngine(f"podman is installed but the local base image cannot be made: {base.stderr[-2000:]}")
+    base_s = time.monotonic() - t0
+    already = (
+        subprocess.run(
+            [str(SCRIPTS / "podman-service.sh"), "status"], env=env, capture_output=True
+        ).returncode
+        == 0
+    )
+    started = subprocess.run(
+        [str(SCRIPTS / "podman-service.sh"), "start"], env=env, capture_output=True, text=True
+    )
+    if started.returncode != 0:
+        raise NoEngine(f"podman system service does not start: {started.stderr[-2000:]}")
+    url = started.stdout.strip().splitlines()[-1]
+    client = docker.DockerClient(base_url=url, timeout=900)
+    engine = Engine("podman", client, env, started_service=not already)
+    try:
+        client.ping()
+        # Can a container actually run here (runtime, cgroups, ulimits)?
+        client.containers.run(
+            "docker.io/library/python:3.12-slim", ["true"], remove=True, network_mode="host"
+        )
+    except Exception as exc:
+        engine.close()
+        raise NoEngine(f"podman cannot run a container here: {exc}") from exc
+    engine.timings["base_image_s"] = base_s
+    return engine
+
+
+def build_image(engine: Engine, tag: str = IMAGE_TAG) -> float:
+    """Builds the repository's Dockerfile through the Docker SDK; returns the seconds it took."""
+    t0 = time.monotonic()
+    log: list[str] = []
+    for chunk in engine.client.api.build(
+        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host"
+    ):
+        if "stream" in chunk:
+            log.append(chunk["stream"])
+        if "error" in chunk:
+            raise AssertionError(f"image build failed: {chunk['error']}\n{''.join(log)[-6000:]}")
+    engine.client.images.get(tag)  # raises if the tag is missing
+    return time.monotonic() - t0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def responses_object(calls: list[tuple[str, dict[str, Any]]], final_text: str) -> dict[str, Any]:
+    """A Responses API object as a harness would produce it (tool names as Claude Code emits them)."""
+    output: list[dict[str, Any]] = []
+    for i, (name, args) in enumerate(calls):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": f"mcp__gym__{name}",
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
+        output.append({"type": "function_call_output", "call_id": f"call_{i}", "output": "{}"})
+    output.append(
+        {
+            "type": "message",
+            "id": "msg_final",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": final_text, "annotations": []}],
+        }
+    )
+    return {
+        "id": "resp_container_test",
+        "object": "response",
+        "created_at": 0,
+        "model": "container-test",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+async def mcp_call(url: str, headers: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """Runs tool calls over MCP streamable HTTP with the official SDK; returns each result."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    results = []
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        listed = {t.name for t in (await session.list_tools()).tools}
+        assert {"increment_counter", "get_counter_value"} <= listed, listed
+        for name, args in calls:
+            result = await session.call_tool(name, args)
+            assert not result.is_error, result
+            results.append(result)
+    return results
+
+
+def result_json(result: Any) -> Any:
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+def rollout(base_url: str, advertise_url: str | None = None) -> dict[str, Any]:
+    """One full rollout against a bridge at base_url; returns what it saw (for reports)."""
+    advertise_url = advertise_url or base_url
+    seen: dict[str, Any] = {}
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        seeded = http.post("/seed_session", json=SEED_ROW)
+        assert seeded.status_code == 200, seeded.text
+        meta = seeded.json()["mcp"]
+        assert meta["url"] == f"{advertise_url}/mcp", meta
+        assert meta["transport"] == "http", meta
+        token = meta["headers"][TOKEN_HEADER]
+        headers = {TOKEN_HEADER: token}
+
+        calls = [
+            ("increment_counter", {"count": 1}),
+            ("increment_counter", {"count": 2}),
+            ("get_counter_value", {}),
+        ]
+        results = asyncio.run(mcp_call(meta["url"], headers, calls))
+        value = result_json(results[-1])
+        assert value == {"count": 6}, value
+        seen["counter"] = value["count"]
+
+        body = dict(SEED_ROW)
+        body["response"] = responses_object(calls, "6")
+        for expected, reward in ((5, 0.0), (6, 1.0)):
+            verified = http.post("/verify", json={**body, "expected_count": expected}, headers=headers)
+            assert verified.status_code == 200, verified.text
+            got = verified.json()
+            assert got["reward"] == reward, got
+            seen[f"reward_{expected}"] = got["reward"]
+    return seen
+
+
+def pids_with_env(marker: str) -> list[int]:
+    """Host pids whose environment holds marker (containers of a local engine are host processes)."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if needle in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+    return found

