@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve_parser)
     serve_parser.set_defaults(handler=cmd_serve)
+    from bridge import client_config, replay
+
+    replay.add_parser(commands)
+    client_config.add_parser(commands)
     return parser
 
 
