@@ -145,6 +145,10 @@ async def serve(settings: Settings) -> None:
         timeout_keep_alive=75,
         lifespan="on",
     )
+    # uvicorn re-raises the signal that stopped it once it has drained; a no-op handler underneath
+    # turns that into a clean exit 0 after the graceful shutdown.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
     await uvicorn.Server(config).serve(sockets=[sock])
 
 

@@ -40,6 +40,7 @@ BOOT_SCRIPT = Path(__file__).with_name("upstream_boot.py")
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 5.0
 _POLL_S = 0.05
+_DEATH_WAIT_S = 0.3  # how long a failed request waits to learn whether the child died
 
 
 class UpstreamStartError(Exception):
@@ -199,10 +200,11 @@ class Upstream:
                     f"{self._tail_text()}"
                 )
             if spent > budget:
+                tail = self._tail_text()  # before the kill adds the child's interrupt traceback
                 await self._kill_group()
                 raise UpstreamStartError(
                     f"upstream {name} not ready after {spent:.1f}s of its {budget:g}s startup budget "
-                    f"(startup_timeout_s){self._tail_text()}"
+                    f"(startup_timeout_s){tail}"
                 )
             if self.boot is None and port_file.is_file():
                 info = json.loads(port_file.read_text())
@@ -244,7 +246,7 @@ class Upstream:
             self.exit_code = code
             self.ready = False
             self.generation += 1
-            died = f"upstream {self.settings.resources_server} exited with code {code}"
+            died = f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
             log.error("%s; every session it held is lost%s", died, self._tail_text())
             if not self.settings.restart_upstream:
                 self.not_ready_reason = f"{died} (restart_upstream is off){self._tail_text()}"
@@ -277,6 +279,20 @@ class Upstream:
         if response.status_code != 200:
             return f"upstream {self.url} answered HTTP {response.status_code} to /openapi.json"
         return None
+
+    async def failure_cause(self, exc: BaseException) -> str:
+        """Why a request to the upstream failed; names the process's death when the managed child
+        died under the request (its connection drops a moment before the exit is reaped)."""
+        proc = self._proc
+        if proc is not None and not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), _DEATH_WAIT_S)
+            if proc.returncode is not None:
+                return (
+                    f"the upstream process {self.settings.resources_server} (pid {proc.pid}) died "
+                    f"({_exit_text(proc.returncode)}) during the call; every session it held is lost"
+                )
+        return self.not_ready_reason if not self.ready else _describe(exc)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -348,7 +364,7 @@ class Upstream:
             budget = timeout if timeout is not None else self.settings.tool_timeout_s
             raise UpstreamTimeout(f"upstream did not answer {path} within {budget:g}s") from exc
         except httpx.HTTPError as exc:
-            reason = self.not_ready_reason if not self.ready else _describe(exc)
+            reason = await self.failure_cause(exc)
             raise UpstreamUnavailable(f"upstream failed on {path}: {reason}") from exc
 
     async def get_json(self, path: str) -> Any:
@@ -357,6 +373,13 @@ class Upstream:
         response = await self.client.get(f"{self.url}{path}", timeout=10.0)
         response.raise_for_status()
         return response.json()
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 def _describe(exc: BaseException) -> str:

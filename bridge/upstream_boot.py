@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    print(
+        f"upstream_boot: loading {args.server} with nemo-gym from {sys.prefix}", file=sys.stderr, flush=True
+    )
     try:
         import uvicorn
 

@@ -1,0 +1,152 @@
+"""Managed and external upstream lifecycle, startup errors, health, against real Gym servers."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, SECRET, BridgeProcess, counter_row, free_port, pid_alive
+
+
+def run_serve(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", *args],
+        cwd=ROOT,
+        env={**os.environ, "GYM_MCP_BRIDGE_SECRET": SECRET, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_unknown_environment_is_reported_at_once_with_exit_code_and_log_tail() -> None:
+    started = time.monotonic()
+    result = run_serve("--port", str(free_port()), "--resources-server", "no_such_env")
+    elapsed = time.monotonic() - started
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()
+    assert line[0].startswith("gym-mcp-bridge: upstream no_such_env exited with code 2"), result.stderr
+    assert "no bundled Gym environment named 'no_such_env'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert elapsed < 60, "an early death must be reported at once, not after the startup budget"
+
+
+def test_startup_timeout_names_server_budget_and_log_tail() -> None:
+    result = run_serve("--port", str(free_port()), "--startup-timeout-s", "0.5")
+    assert result.returncode == 2
+    first = result.stderr.strip().splitlines()[0]
+    assert first.startswith("gym-mcp-bridge: upstream example_session_state_mgmt not ready after "), (
+        result.stderr
+    )
+    assert "of its 0.5s startup budget (startup_timeout_s)" in first
+    assert "upstream_boot: loading example_session_state_mgmt" in result.stderr  # the log tail
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (
+            ["--port", "99999"],
+            {},
+            "--port / GYM_MCP_BRIDGE_PORT: Input should be less than or equal to 65535",
+        ),
+        ([], {"GYM_MCP_BRIDGE_PORT": "abc"}, "--port / GYM_MCP_BRIDGE_PORT: Input should be a valid integer"),
+        (["--tools-from", "row,nonsense"], {}, "--tools-from / GYM_MCP_BRIDGE_TOOLS_FROM"),
+        (["--upstream-url", "localhost:9"], {}, "must be an absolute http(s) URL"),
+        (
+            ["--gym-python", "/nonexistent/python"],
+            {},
+            "Gym environment interpreter not found at /nonexistent/python",
+        ),
+        (
+            ["--upstream-url", "http://127.0.0.1:9", "--startup-timeout-s", "1"],
+            {},
+            "did not answer within 1s",
+        ),
+        ([], {"GYM_MCP_BRIDGE_SECRET": "short"}, "every signing key must be at least 16 characters"),
+    ],
+)
+def test_bad_settings_are_one_clear_line(args: list[str], env: dict[str, str], expected: str) -> None:
+    port = [] if "--port" in args or "GYM_MCP_BRIDGE_PORT" in env else ["--port", str(free_port())]
+    result = run_serve(*port, *args, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    message = [line for line in result.stderr.splitlines() if line.startswith("gym-mcp-bridge:")]
+    assert len(message) == 1 and expected in message[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_port_in_use_is_one_line(counter_bridge: BridgeProcess) -> None:
+    result = run_serve("--port", str(counter_bridge.port), timeout=60)
+    assert result.returncode == 2
+    assert f"port {counter_bridge.port} on 127.0.0.1 is already in use" in result.stderr
+
+
+def test_upstream_bound_on_127_0_0_2_is_reported_and_probed_there(spawn_bridge, log_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    bridge = spawn_bridge(["--upstream-host", "127.0.0.2"])
+    health = bridge.health()
+    upstream = health["upstream"]
+    assert upstream["bound_host"] == "127.0.0.2"
+    assert upstream["url"].startswith("http://127.0.0.2:")
+    assert upstream["ready"] is True and upstream["gym_version"] == "0.4.0"
+    assert health["bound"] == {"host": "127.0.0.1", "port": bridge.port}
+    assert health["advertise_url"] == bridge.url
+    assert httpx.get(f"{bridge.url}/readyz").status_code == 200
+    seed = bridge.seed(counter_row(4))
+    token = seed["mcp"]["headers"]["X-NeMo-Gym-Session-Token"]
+    value = httpx.post(
+        f"{bridge.url}/get_counter_value", json={}, headers={"X-NeMo-Gym-Session-Token": token}
+    )
+    assert value.json() == {"count": 4}
+
+
+def test_sigterm_stops_the_upstream_group_and_leaves_no_orphan(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+    bridge: BridgeProcess = spawn_bridge([])
+    upstream_pid = bridge.health()["upstream"]["pid"]
+    assert pid_alive(upstream_pid)
+    assert bridge.stop(signal.SIGTERM) == 0
+    deadline = time.monotonic() + 10
+    while pid_alive(upstream_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(upstream_pid)
+
+
+def test_sigkill_of_the_bridge_still_takes_the_upstream_down(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+    bridge: BridgeProcess = spawn_bridge([])
+    upstream_pid = bridge.health()["upstream"]["pid"]
+    bridge.stop(signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while pid_alive(upstream_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(upstream_pid), "the upstream outlived a SIGKILLed bridge"
+
+
+def test_external_mode_reports_the_upstream_and_its_loss(spawn_bridge, gym_upstream) -> None:  # type: ignore[no-untyped-def]
+    upstream = gym_upstream()
+    bridge: BridgeProcess = spawn_bridge(["--upstream-url", upstream.url, "--server-name", "counter"])
+    health = bridge.health()["upstream"]
+    assert health["mode"] == "external" and health["url"] == upstream.url and health["pid"] is None
+    seed = bridge.seed(counter_row(2))
+    assert seed["mcp"]["server_name"] == "counter"
+    ready = httpx.get(f"{bridge.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["upstream"] == upstream.url
+    upstream.proc.send_signal(signal.SIGKILL)
+    upstream.proc.wait()
+    not_ready = httpx.get(f"{bridge.url}/readyz")
+    assert not_ready.status_code == 503
+    assert f"upstream {upstream.url} unreachable" in not_ready.json()["reason"]
+    failed = httpx.post(
+        f"{bridge.url}/get_counter_value",
+        json={},
+        headers={"X-NeMo-Gym-Session-Token": seed["mcp"]["headers"]["X-NeMo-Gym-Session-Token"]},
+    )
+    assert failed.status_code == 502 and "upstream failed on /get_counter_value" in failed.json()["detail"]
