@@ -434,21 +434,17 @@ def _chat_tool_call(call: Any, where: str) -> dict[str, Any]:
 
 
 def _arguments(value: Any, where: str) -> str:
-    """A tool call's arguments as the JSON-object string Responses carries."""
+    """A tool call's arguments as the string Responses carries.
+
+    A string passes through unchanged even when it is not valid JSON: Gym records a model's
+    malformed arguments as emitted and scores them, so refusing them here would drop exactly the
+    rollouts that should score low."""
     if value is None or value == "":
         return "{}"
     if isinstance(value, Mapping):
         return json.dumps(dict(value))
     if not isinstance(value, str):
         raise TrajectoryError(f"{where} must be a JSON string, got {_type_name(value)}")
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise TrajectoryError(
-            f"{where} is not valid JSON ({exc.msg} at char {exc.pos}): {_short(value)}"
-        ) from exc
-    if not isinstance(parsed, dict):
-        raise TrajectoryError(f"{where} must be a JSON object, got {_type_name(parsed)}")
     return value
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -53,16 +54,18 @@ def _response_slot(body: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def normalize(
-    response: dict[str, Any], known: Collection[str]
-) -> tuple[dict[str, str], list[str], dict[str, str]]:
-    """Rename ``response``'s function calls in place to canonical names.
+@dataclass
+class NameReport:
+    normalized: dict[str, str] = field(default_factory=dict)  # emitted -> canonical
+    unresolved: list[str] = field(default_factory=list)
+    emitted_by_call: dict[str, str] = field(default_factory=dict)  # call_id -> emitted name
+    namespaces: dict[str, str] = field(default_factory=dict)  # call_id -> emitted namespace
+    conventions: list[str] = field(default_factory=list)  # one per renamed call
 
-    Returns (normalized {emitted: canonical}, unresolved emitted names, {call_id: emitted name}).
-    """
-    normalized: dict[str, str] = {}
-    unresolved: list[str] = []
-    emitted_by_call: dict[str, str] = {}
+
+def normalize(response: dict[str, Any], known: Collection[str]) -> NameReport:
+    """Rename ``response``'s function calls in place to canonical names; report what was done."""
+    report = NameReport()
     for item in trajectory.function_calls(response):
         emitted = item.get("name")
         if not isinstance(emitted, str):
@@ -70,18 +73,21 @@ def normalize(
         namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
         result = naming.resolve(emitted, known, namespace=namespace)
         if result.canonical is None:
-            if emitted not in unresolved:
-                unresolved.append(emitted)
+            if emitted not in report.unresolved:
+                report.unresolved.append(emitted)
             continue
-        shown = f"{namespace}.{emitted}" if namespace else emitted
-        if result.canonical != emitted or namespace:
-            normalized[shown] = result.canonical
-            call_id = item.get("call_id")
-            if isinstance(call_id, str):
-                emitted_by_call[call_id] = emitted
-            item["name"] = result.canonical
-            item.pop("namespace", None)
-    return normalized, unresolved, emitted_by_call
+        if result.canonical == emitted and namespace is None:
+            continue
+        report.normalized[f"{namespace}.{emitted}" if namespace else emitted] = result.canonical
+        report.conventions.append(result.convention or "exact")
+        call_id = item.get("call_id")
+        if isinstance(call_id, str):
+            report.emitted_by_call[call_id] = emitted
+            if namespace is not None:
+                report.namespaces[call_id] = namespace
+        item["name"] = result.canonical
+        item.pop("namespace", None)
+    return report
 
 
 def agent_never_ran(response: Mapping[str, Any], recorded_calls: int) -> bool:
@@ -105,16 +111,16 @@ def agent_never_ran(response: Mapping[str, Any], recorded_calls: int) -> bool:
     return True
 
 
-def _restore_names(payload: Any, emitted_by_call: Mapping[str, str], namespaces: Mapping[str, str]) -> None:
+def _restore_names(payload: Any, report: NameReport) -> None:
     slot = _response_slot(payload) if isinstance(payload, dict) else None
     if slot is None:
         return
     for item in trajectory.function_calls(slot["response"]):
         call_id = item.get("call_id")
-        if isinstance(call_id, str) and call_id in emitted_by_call:
-            item["name"] = emitted_by_call[call_id]
-            if call_id in namespaces:
-                item["namespace"] = namespaces[call_id]
+        if isinstance(call_id, str) and call_id in report.emitted_by_call:
+            item["name"] = report.emitted_by_call[call_id]
+            if call_id in report.namespaces:
+                item["namespace"] = report.namespaces[call_id]
 
 
 async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
@@ -146,17 +152,11 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
     if slot is None and not typed:
         raise Rejected("verify needs a 'response' (Responses object) or a 'trajectory'", 400, "verify_body")
     response = slot["response"] if slot is not None else {}
-    namespaces = {
-        str(i["call_id"]): str(i["namespace"])
-        for i in trajectory.function_calls(response)
-        if isinstance(i.get("namespace"), str) and isinstance(i.get("call_id"), str)
-    }
-    normalized, unresolved, emitted_by_call = normalize(response, _known_names(bridge, session, scoring))
+    names = normalize(response, _known_names(bridge, session, scoring))
     recorded = len(session.calls) if session is not None else 0
     never_ran = agent_never_ran(response, recorded)
-    for emitted, canonical in normalized.items():
-        resolution = naming.resolve(emitted.rsplit(".", 1)[-1], [canonical])
-        bridge.metrics.normalizations.labels(resolution.convention or "namespace").inc()
+    for convention in names.conventions:
+        bridge.metrics.normalizations.labels(convention).inc()
     upstream = await bridge.forward(
         "/verify",
         orjson.dumps(scoring),
@@ -165,8 +165,8 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
     )
     bridge.metrics.verify_latency.observe(time.perf_counter() - started)
     report = {
-        "normalized": normalized,
-        "unresolved": unresolved,
+        "normalized": names.normalized,
+        "unresolved": names.unresolved,
         "recorded_tool_calls": recorded,
         "agent_never_ran": never_ran,
     }
@@ -179,7 +179,7 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
             "upstream_error" if not upstream.is_success else "passthrough"
         ).inc()
         return upstream_response(upstream)
-    _restore_names(payload, emitted_by_call, namespaces)
+    _restore_names(payload, names)
     bridge.metrics.verify_outcomes.labels("never_ran" if never_ran else "scored").inc()
     headers = {"x-gym-mcp-bridge": orjson.dumps(report).decode()}
     if typed:  # Gym's typed verify responses forbid extra keys: the report travels in a header
