@@ -1,14 +1,244 @@
-"""``gym-mcp-bridge client-config --client NAME``: seed a fresh session and print the harness
-configuration that connects to it (being written)."""
+"""``gym-mcp-bridge client-config --client NAME``: seed a fresh session, print a harness's MCP config.
+
+Data flow: a Gym row (``--row FILE.jsonl`` first row, ``--row-json``, or an empty prompt) →
+``POST <bridge>/seed_session`` over httpx (``--api-key`` as ``Authorization: Bearer`` when the
+bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym >= 0.7 typed seeds)
+→ one renderer per client, printed on stdout:
+
+| client | output |
+|---|---|
+| ``codex`` | ``config.toml`` table ``[mcp_servers.<name>]`` with ``url`` + ``http_headers`` |
+| ``claude-code`` | the ``claude mcp add --transport http ... --header ...`` line and a ``.mcp.json`` |
+| ``gemini`` | ``settings.json`` ``mcpServers`` entry with ``httpUrl`` + ``headers`` |
+| ``agents-sdk`` | a Python snippet with ``MCPServerStreamableHttp(params={"url", "headers"})`` |
+| ``json`` | the seed's MCP metadata as JSON |
+
+``--server-name`` renames the server on the client side only (the bridge resolves the harness's
+``mcp__<name>__<tool>`` forms against the session's tools whatever the name). The token in the
+output is the session's credential: it expires with the session (``session_ttl_s``). Errors
+(bridge unreachable, a 4xx from the upstream's seed validation) are one line on stderr, exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import httpx
+
+HEADER = "X-NeMo-Gym-Session-Token"
+DEFAULT_BRIDGE_URL = "http://127.0.0.1:8000"
+EMPTY_ROW: dict[str, Any] = {"responses_create_params": {"input": []}}
+
+
+class ClientConfigError(Exception):
+    pass
+
+
+# -- seeding --------------------------------------------------------------------------------------
+
+
+def load_row(row_file: Path | None, row_json: str | None) -> dict[str, Any]:
+    if row_json is not None:
+        try:
+            value = json.loads(row_json)
+        except ValueError as exc:
+            raise ClientConfigError(f"--row-json is not valid JSON: {exc}") from exc
+    elif row_file is not None:
+        try:
+            lines = [line for line in row_file.read_text().splitlines() if line.strip()]
+        except OSError as exc:
+            raise ClientConfigError(f"cannot read --row {row_file}: {exc.strerror}") from exc
+        if not lines:
+            raise ClientConfigError(f"--row {row_file} has no rows")
+        try:
+            value = json.loads(lines[0])
+        except ValueError as exc:
+            raise ClientConfigError(f"the first line of {row_file} is not valid JSON: {exc}") from exc
+    else:
+        return dict(EMPTY_ROW)
+    if not isinstance(value, dict):
+        raise ClientConfigError("a Gym row must be a JSON object")
+    return value
+
+
+def seed(
+    bridge_url: str, row: dict[str, Any], api_key: str | None = None, timeout: float = 60
+) -> dict[str, Any]:
+    """``POST /seed_session`` through the bridge; returns the session's MCP metadata."""
+    url = f"{bridge_url.rstrip('/')}/seed_session"
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.post(url, json=row, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ClientConfigError(f"cannot reach the bridge at {bridge_url}: {exc}") from exc
+    if not response.is_success:
+        detail = " ".join(response.text.split())[:500]
+        hint = (
+            " (pass a row of this environment with --row or --row-json)"
+            if response.status_code == 422
+            else ""
+        )
+        raise ClientConfigError(f"{url} answered HTTP {response.status_code}: {detail}{hint}")
+    try:
+        payload = response.json()
+    except ValueError as exc:
+        raise ClientConfigError(f"{url} did not answer JSON") from exc
+    metadata = payload.get("mcp") or payload.get("resources_tools") if isinstance(payload, dict) else None
+    if not isinstance(metadata, dict) or "url" not in metadata or "headers" not in metadata:
+        raise ClientConfigError(f"{url} answered without MCP metadata: is {bridge_url} a gym-mcp-bridge?")
+    return dict(metadata)
+
+
+# -- renderers --------------------------------------------------------------------------------------
+
+
+def _name(metadata: dict[str, Any], server_name: str | None) -> str:
+    return server_name or str(metadata["server_name"])
+
+
+def _headers(metadata: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (metadata.get("headers") or {}).items()}
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def render_codex(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """``config.toml`` table for Codex CLI (``$CODEX_HOME/config.toml``)."""
+    headers = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in _headers(metadata).items())
+    return "\n".join(
+        [
+            f"[mcp_servers.{_toml_key(_name(metadata, server_name))}]",
+            f"url = {json.dumps(metadata['url'])}",
+            f"http_headers = {{ {headers} }}",
+            "# `codex exec` cannot ask for approval: pre-approve this server's tools",
+            'default_tools_approval_mode = "approve"',
+            "",
+        ]
+    )
+
+
+def claude_mcp_json(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
+    entry = {"type": "http", "url": metadata["url"], "headers": _headers(metadata)}
+    return {"mcpServers": {_name(metadata, server_name): entry}}
+
+
+def render_claude_code(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """The ``claude mcp add`` command line, then the equivalent ``.mcp.json``."""
+    argv = ["claude", "mcp", "add", "--transport", "http", _name(metadata, server_name), str(metadata["url"])]
+    for key, value in _headers(metadata).items():
+        argv += ["--header", f"{key}: {value}"]
+    return "\n".join(
+        [
+            "# command line (add --scope project|user to choose where it is stored)",
+            shlex.join(argv),
+            "",
+            "# or .mcp.json (claude --mcp-config .mcp.json)",
+            json.dumps(claude_mcp_json(metadata, server_name), indent=2),
+            "",
+        ]
+    )
+
+
+def gemini_settings(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
+    entry = {
+        "httpUrl": metadata["url"],
+        "headers": _headers(metadata),
+        "timeout": 60000,
+        "trust": True,  # no confirmation prompt per tool call (needed for `gemini -p` rollouts)
+    }
+    return {"mcpServers": {_name(metadata, server_name): entry}}
+
+
+def render_gemini(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """``settings.json`` (``.gemini/settings.json``) for Gemini CLI."""
+    return json.dumps(gemini_settings(metadata, server_name), indent=2) + "\n"
+
+
+def render_agents_sdk(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """A Python snippet for the OpenAI Agents SDK."""
+    params = {"url": metadata["url"], "headers": _headers(metadata)}
+    return "\n".join(
+        [
+            "from agents import Agent, Runner",
+            "from agents.mcp import MCPServerStreamableHttp",
+            "",
+            "",
+            "async def rollout(prompt: str) -> str:",
+            "    async with MCPServerStreamableHttp(",
+            f"        name={_name(metadata, server_name)!r},",
+            f"        params={params!r},",
+            "        cache_tools_list=True,",
+            "    ) as server:",
+            '        agent = Agent(name="gym-rollout", mcp_servers=[server])',
+            "        result = await Runner.run(agent, prompt)",
+            "        return str(result.final_output)",
+            "",
+        ]
+    )
+
+
+def render_json(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    shown = dict(metadata)
+    if server_name:
+        shown["server_name"] = server_name
+    return json.dumps(shown, indent=2) + "\n"
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
+    "codex": render_codex,
+    "claude-code": render_claude_code,
+    "gemini": render_gemini,
+    "agents-sdk": render_agents_sdk,
+    "json": render_json,
+}
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        row = load_row(args.row, args.row_json)
+        metadata = seed(args.bridge_url, row, args.api_key)
+    except ClientConfigError as exc:
+        print(f"gym-mcp-bridge client-config: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(RENDERERS[args.client](metadata, args.server_name))
+    return 0
 
 
 def add_parser(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "client-config", help="seed a session and print a harness's MCP configuration for it"
+        "client-config",
+        help="seed a session and print a harness's MCP configuration for it",
+        description="Seed a fresh session through a running bridge and print the MCP configuration "
+        "that connects the named client to it (the session token is in the output).",
     )
-    parser.set_defaults(handler=lambda args: 1)
+    parser.add_argument("--client", required=True, choices=sorted(RENDERERS), help="which harness")
+    parser.add_argument(
+        "--bridge-url",
+        default=os.environ.get("GYM_MCP_BRIDGE_URL", DEFAULT_BRIDGE_URL),
+        help=f"the running bridge [env GYM_MCP_BRIDGE_URL; default {DEFAULT_BRIDGE_URL}]",
+    )
+    rows = parser.add_mutually_exclusive_group()
+    rows.add_argument(
+        "--row", type=Path, metavar="FILE.jsonl", help="seed with the first row of a Gym JSONL file"
+    )
+    rows.add_argument("--row-json", metavar="JSON", help="seed with this Gym row")
+    parser.add_argument("--server-name", help="the server's name on the client side (default: the bridge's)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("GYM_MCP_BRIDGE_API_KEY"),
+        help="the bridge's api_key, when it has one [env GYM_MCP_BRIDGE_API_KEY]",
+    )
+    parser.set_defaults(handler=run)

@@ -1,0 +1,495 @@
+"""The real Codex CLI (``@openai/codex``, pinned in ``tests/interop/codex``) against the bridge.
+
+Codex needs a model. There is no hosted model here, so the model provider is
+``StubResponsesProvider``: a small local OpenAI Responses-API stub (SSE streaming, the events
+Codex parses: ``response.created``, ``response.output_item.done``, ``response.completed``). It
+is not a policy: it answers with the function calls that solve one given row, read from that
+row's own ground truth (counter: ``increment_counter(expected - initial)`` then
+``get_counter_value``; workplace_assistant: the row's ``ground_truth`` calls), addressed to the
+tools Codex offered it. Everything else is real: Codex reads the ``config.toml`` written from the
+seed metadata, connects to the bridge's ``/mcp`` with the session header, calls the tools, prints
+``exec --json`` events; the bridge's ``/verify`` runs Gym's own verifier.
+
+So a rollout whose calls landed in another session, or a stub solving another row, scores 0 —
+the negative tests below prove the score is not a constant.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
+from tests.interop.node import Installed, ensure_packages
+
+CODEX_VERSION = "0.171.0"
+EXAMPLE = ROOT / "examples" / "clients" / "codex" / "run_codex.py"
+STUB_KEY_ENV = "GYM_MCP_BRIDGE_STUB_KEY"
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_codex_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+run_codex = load_example()
+
+
+# -- the stub model provider ----------------------------------------------------------------------
+
+
+def counter_solution(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The calls that take the counter from the row's initial_count to its expected_count."""
+    return [
+        ("increment_counter", {"count": row["expected_count"] - row["initial_count"]}),
+        ("get_counter_value", {}),
+    ]
+
+
+def ground_truth_solution(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """workplace_assistant: the row's ``ground_truth`` function calls, in order."""
+    return [(call["name"], json.loads(call["arguments"])) for call in row["ground_truth"]]
+
+
+class StubResponsesProvider:
+    """A stub OpenAI Responses-API endpoint (``POST /v1/responses``, SSE) that replays a solution.
+
+    Each request is answered with the next call of ``solution`` (one per turn, counted by the
+    ``function_call_output`` items Codex sends back), addressed the way Codex offered the tool:
+    inside a ``namespace`` tool (``namespace`` + ``name``) or as a flat function. After the last
+    call it answers with a short assistant message. It records what Codex sent.
+    """
+
+    def __init__(self, solution: list[tuple[str, dict[str, Any]]], final_text: str = "Done.") -> None:
+        self.solution = solution
+        self.final_text = final_text
+        self.requests: list[dict[str, Any]] = []
+        self.emitted: list[dict[str, Any]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> StubResponsesProvider:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @staticmethod
+    def offered(body: dict[str, Any]) -> dict[str, tuple[str | None, str]]:
+        """{bare tool name: (namespace or None, name)} for every function Codex offered."""
+        found: dict[str, tuple[str | None, str]] = {}
+        for tool in body.get("tools") or []:
+            if tool.get("type") == "namespace":
+                for child in tool.get("tools") or []:
+                    found.setdefault(child["name"], (tool["name"], child["name"]))
+            elif tool.get("type") == "function":
+                found.setdefault(tool["name"], (None, tool["name"]))
+        return found
+
+    def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        self.requests.append(body)
+        step = sum(1 for item in body.get("input") or [] if item.get("type") == "function_call_output")
+        rid = f"resp_stub_{len(self.requests)}"
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": {"id": rid}}]
+        if step < len(self.solution):
+            tool, arguments = self.solution[step]
+            offered = self.offered(body)
+            if tool not in offered:
+                text = f"stub: tool {tool!r} was not offered (offered: {sorted(offered)})"
+                item: dict[str, Any] = self._message(text)
+            else:
+                namespace, name = offered[tool]
+                item = {
+                    "type": "function_call",
+                    "id": f"fc_stub_{step}",
+                    "call_id": f"call_stub_{step}",
+                    "name": name,
+                    "arguments": json.dumps(arguments),
+                }
+                if namespace is not None:
+                    item["namespace"] = namespace
+                self.emitted.append(item)
+        else:
+            item = self._message(self.final_text)
+        events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
+        usage = {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 110,
+        }
+        events.append({"type": "response.completed", "response": {"id": rid, "usage": usage}})
+        return events
+
+    @staticmethod
+    def _message(text: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": "msg_stub",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+
+    def function_outputs(self) -> list[Any]:
+        """The tool results Codex reported back to the model in its last request, as JSON.
+
+        Codex wraps an MCP result for the model as ``Wall time: <s> seconds\\nOutput:\\n<text>``.
+        """
+        last = self.requests[-1] if self.requests else {}
+        texts = [i["output"] for i in last.get("input") or [] if i.get("type") == "function_call_output"]
+        return [json.loads(t.split("Output:\n", 1)[-1]) for t in texts]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # e.g. a model-list probe: this stub has none
+                self.send_error(404)
+
+            def do_POST(self) -> None:
+                if not self.path.rstrip("/").endswith("/responses"):
+                    self.send_error(404)
+                    return
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                payload = "".join(
+                    f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in stub.answer(body)
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler
+
+
+class RecordingProxy:
+    """A plain HTTP forwarder in front of the bridge's ``/mcp`` that records the JSON-RPC traffic.
+
+    Only used to measure what Codex sends (protocol revision, method names, tool names, headers);
+    requests and answers pass through unchanged.
+    """
+
+    def __init__(self, target: str) -> None:
+        self.target = target.rstrip("/")
+        self.exchanges: list[dict[str, Any]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> RecordingProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                with httpx.Client(timeout=120) as client:
+                    answer = client.request(
+                        self.command, proxy.target + self.path, content=raw, headers=headers
+                    )
+                try:
+                    request_json = json.loads(raw) if raw else None
+                except ValueError:
+                    request_json = None
+                try:
+                    answer_json = answer.json() if answer.content else None
+                except ValueError:
+                    answer_json = None
+                proxy.exchanges.append(
+                    {
+                        "method": self.command,
+                        "headers": {k.lower(): v for k, v in headers.items()},
+                        "request": request_json,
+                        "status": answer.status_code,
+                        "answer": answer_json,
+                    }
+                )
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
+                        self.send_header(key, value)
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_DELETE = _forward
+
+        return Handler
+
+    def rpc(self, method: str) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.exchanges
+            if isinstance(e["request"], dict) and e["request"].get("method") == method
+        ]
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def codex() -> Iterator[str]:
+    installed: Installed = ensure_packages("codex")
+    binary = installed.bin("codex")
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"codex-cli {CODEX_VERSION}"
+    print(f"\ncodex {CODEX_VERSION}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
+    yield str(binary)
+
+
+@pytest.fixture(scope="module")
+def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
+    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
+    yield bridge
+    bridge.stop()
+
+
+def counter_rows() -> list[dict[str, Any]]:
+    return gym_data("example_session_state_mgmt")
+
+
+def exec_codex(
+    codex: str,
+    stub: StubResponsesProvider,
+    row: dict[str, Any],
+    metadata: dict[str, Any],
+    url: str | None = None,
+) -> list[dict[str, Any]]:
+    config = run_codex.codex_config(
+        metadata, url=url, model="gym-stub-model", model_base_url=stub.base_url, api_key_env=STUB_KEY_ENV
+    )
+    events, stderr, code = run_codex.run_codex_exec(
+        codex, config, run_codex.user_prompt(row), env={STUB_KEY_ENV: "stub-key"}, timeout_s=180
+    )
+    assert code == 0, f"codex exec exited {code}:\n{stderr[-3000:]}"
+    return list(events)
+
+
+def mcp_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        e["item"]
+        for e in events
+        if e.get("type") == "item.completed" and e["item"].get("type") == "mcp_tool_call"
+    ]
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_example_script_runs_codex_end_to_end_on_the_counter(
+    codex: str, counter_bridge: BridgeProcess
+) -> None:
+    """``examples/clients/codex/run_codex.py`` as a user runs it: seed, config, codex exec, verify."""
+    row = counter_rows()[0]  # "add 1 then add 2 then get the count": 3 -> 6
+    with StubResponsesProvider(counter_solution(row)) as stub:
+        started = time.monotonic()
+        result = subprocess.run(
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "--bridge-url",
+                counter_bridge.url,
+                "--row-json",
+                json.dumps(row),
+                "--codex",
+                codex,
+                "--model",
+                "gym-stub-model",
+                "--model-base-url",
+                stub.base_url,
+                "--api-key-env",
+                STUB_KEY_ENV,
+            ],
+            env={**os.environ, STUB_KEY_ENV: "stub-key"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr + result.stdout[-3000:]
+    report = json.loads(result.stdout)
+    server = report["mcp"]["server_name"]
+    assert server == "example_session_state_mgmt"
+    entry = tomllib.loads(report["config_toml"])["mcp_servers"][server]
+    assert entry["url"] == report["mcp"]["url"] == f"{counter_bridge.url}/mcp"
+    assert entry["http_headers"] == report["mcp"]["headers"]
+
+    # Codex offered the bridge's tools to the model inside one namespace, mcp__<server>
+    namespaces = [t for t in stub.requests[0]["tools"] if t.get("type") == "namespace"]
+    ours = [t for t in namespaces if t["name"] == f"mcp__{server}"]
+    assert len(ours) == 1
+    assert sorted(c["name"] for c in ours[0]["tools"]) == ["get_counter_value", "increment_counter"]
+    assert [(i["namespace"], i["name"]) for i in stub.emitted] == [
+        (f"mcp__{server}", "increment_counter"),
+        (f"mcp__{server}", "get_counter_value"),
+    ]
+    # ... and really called them on the bridge: the results Codex handed back to the model
+    assert stub.function_outputs() == [{"success": True}, {"count": 6}]
+    calls = mcp_calls(report["events"])
+    assert [(c["server"], c["tool"], c["arguments"], c["status"]) for c in calls] == [
+        (server, "increment_counter", {"count": 3}, "completed"),
+        (server, "get_counter_value", {}, "completed"),
+    ]
+
+    recorded = report["verify_recorded"]
+    assert recorded["reward"] == 1.0
+    assert recorded["_bridge"]["recorded_tool_calls"] == 2
+    assert recorded["_bridge"]["normalized"] == {}  # Codex sends bare names in tools/call
+    assert recorded["_bridge"]["agent_never_ran"] is False
+
+    converted = report["verify_exec_json"]
+    assert converted["reward"] == 1.0
+    assert converted["_bridge"]["normalized"] == {
+        f"mcp__{server}.increment_counter": "increment_counter",
+        f"mcp__{server}.get_counter_value": "get_counter_value",
+    }
+    assert converted["_bridge"]["unresolved"] == []
+    # the stored rollout keeps Codex's names
+    echoed = [i for i in converted["response"]["output"] if i["type"] == "function_call"]
+    assert [(i["namespace"], i["name"]) for i in echoed] == [
+        (f"mcp__{server}", "increment_counter"),
+        (f"mcp__{server}", "get_counter_value"),
+    ]
+    print(f"\ncodex example rollout (seed -> codex exec -> 2x verify): {elapsed:.1f}s")
+
+
+def test_codex_in_a_wrong_session_scores_zero(codex: str, counter_bridge: BridgeProcess) -> None:
+    """Mis-attribution is caught: the stub solving another row, or Codex holding another token."""
+    row_a, row_b = counter_rows()[0], counter_rows()[1]  # 3 -> 6 and 6 -> 15
+
+    # 1. the stub solves row B (increment by 9) in row A's session: 3 + 9 = 12, not 6
+    seed_a = run_codex.seed(counter_bridge.url, row_a)
+    meta_a = run_codex.mcp_metadata(seed_a)
+    with StubResponsesProvider(counter_solution(row_b)) as stub:
+        events = exec_codex(codex, stub, row_a, meta_a)
+    assert stub.function_outputs() == [{"success": True}, {"count": 12}]
+    token_a = meta_a["headers"][HEADER]
+    response = run_codex.exec_events_to_response(events)
+    assert run_codex.verify(counter_bridge.url, token_a, recorded=True)["reward"] == 0.0
+    assert run_codex.verify(counter_bridge.url, token_a, response=response)["reward"] == 0.0
+
+    # 2. the right solution for row A, but config.toml carries row B's session token: Codex's
+    #    calls land in session B; session A, verified with its own token, was never touched
+    seed_a = run_codex.seed(counter_bridge.url, row_a)
+    seed_b = run_codex.seed(counter_bridge.url, row_b)
+    meta_a, meta_b = run_codex.mcp_metadata(seed_a), run_codex.mcp_metadata(seed_b)
+    with StubResponsesProvider(counter_solution(row_a)) as stub:
+        events = exec_codex(codex, stub, row_a, meta_b)
+    assert stub.function_outputs() == [{"success": True}, {"count": 9}]
+    token_a = meta_a["headers"][HEADER]
+    verified = run_codex.verify(counter_bridge.url, token_a, recorded=True)
+    assert verified["reward"] == 0.0
+    assert verified["_bridge"]["recorded_tool_calls"] == 0
+    assert verified["_bridge"]["agent_never_ran"] is True and verified["mask_sample"] is True
+    converted = run_codex.verify(
+        counter_bridge.url, token_a, response=run_codex.exec_events_to_response(events)
+    )
+    assert converted["reward"] == 0.0
+    # while session B holds exactly what Codex did there (6 + 3 = 9, row B expects 15)
+    assert run_codex.verify(counter_bridge.url, meta_b["headers"][HEADER], recorded=True)["reward"] == 0.0
+    value = httpx.post(f"{counter_bridge.url}/get_counter_value", json={}, headers=meta_b["headers"]).json()
+    assert value == {"count": 9}
+
+
+@pytest.mark.parametrize("style", ["namespace", "flat"])
+def test_codex_on_workplace_assistant_scores_the_ground_truth(
+    codex: str, workplace_bridge: BridgeProcess, style: str
+) -> None:
+    """The catch-all workplace env (tools from the row): Gym's verifier replays the function calls,
+    so the names the bridge restores decide the reward. Also measures the MCP traffic Codex sends."""
+    rows = gym_data("workplace_assistant")
+    row, other = rows[0], rows[1]
+    seed_answer = run_codex.seed(workplace_bridge.url, row)
+    metadata = run_codex.mcp_metadata(seed_answer)
+    server = metadata["server_name"]
+    with (
+        RecordingProxy(workplace_bridge.url) as proxy,
+        StubResponsesProvider(ground_truth_solution(row)) as stub,
+    ):
+        events = exec_codex(codex, stub, row, metadata, url=f"{proxy.url}{metadata['url_path']}")
+    expected = [c["name"] for c in row["ground_truth"]]
+    assert [c["tool"] for c in mcp_calls(events)] == expected
+    assert all(c["status"] == "completed" for c in mcp_calls(events))
+
+    # measured: the revision Codex negotiated, and the names it sent in tools/call
+    initialize = proxy.rpc("initialize")
+    assert initialize, proxy.exchanges
+    offered_revision = initialize[0]["request"]["params"]["protocolVersion"]
+    negotiated = initialize[0]["answer"]["result"]["protocolVersion"]
+    assert negotiated == offered_revision
+    sent = [e["request"]["params"]["name"] for e in proxy.rpc("tools/call")]
+    assert sent == expected
+    assert all(
+        e["headers"].get(HEADER.lower()) == metadata["headers"][HEADER] for e in proxy.rpc("tools/call")
+    )
+    listed = proxy.rpc("tools/list")[0]["answer"]["result"]["tools"]
+    assert len(listed) == len(row["responses_create_params"]["tools"])
+    print(
+        f"\ncodex {CODEX_VERSION} MCP client: protocolVersion offered={offered_revision} "
+        f"negotiated={negotiated}; clientInfo={initialize[0]['request']['params'].get('clientInfo')}; "
+        f"tools/call names={sent}; model-side names={[(i.get('namespace'), i['name']) for i in stub.emitted]}"
+    )
+
+    token = metadata["headers"][HEADER]
+    assert run_codex.verify(workplace_bridge.url, token, recorded=True)["reward"] == 1.0
+    response = run_codex.exec_events_to_response(events, style=style)
+    converted = run_codex.verify(workplace_bridge.url, token, response=response)
+    assert converted["reward"] == 1.0
+    key = f"mcp__{server}.{expected[0]}" if style == "namespace" else f"mcp__{server}__{expected[0]}"
+    assert converted["_bridge"]["normalized"] == {key: expected[0]}
+
+    # the same Codex run scored against another row's ground truth is 0: the reward is not constant
+    wrong = {**other, "response": response}
+    assert run_codex.post_json(f"{workplace_bridge.url}/verify", wrong, {HEADER: token})["reward"] == 0.0
