@@ -1,0 +1,60 @@
+"""Two replicas with one secret and their own advertise URLs, as a StatefulSet runs them: sessions
+are pinned by the URL in their metadata, and a token shown to the wrong replica is refused with an
+answer naming the replica that issued it. Also: an advertise URL that does not reach the bridge
+keeps it out of readiness."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import HEADER, BridgeProcess, counter_row, free_port, mcp_client
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_session_works_on_its_replica_and_is_refused_elsewhere_naming_the_issuer(
+    spawn_bridge,
+) -> None:  # type: ignore[no-untyped-def]
+    port_a, port_b = free_port(), free_port()
+    a: BridgeProcess = spawn_bridge(["--advertise-url", f"http://127.0.0.1:{port_a}"], port=port_a)
+    b: BridgeProcess = spawn_bridge(["--advertise-url", f"http://localhost:{port_b}"], port=port_b)
+    health_a, health_b = a.health(), b.health()
+    assert health_a["advertise_url"] == f"http://127.0.0.1:{port_a}" and health_a["bound"]["port"] == port_a
+    assert health_b["advertise_url"] == f"http://localhost:{port_b}" and health_b["bound"]["port"] == port_b
+    seed = a.seed(counter_row(40))
+    assert seed["mcp"]["url"] == f"http://127.0.0.1:{port_a}/mcp"
+    token = seed["mcp"]["headers"][HEADER]
+    async with mcp_client(seed["mcp"]["url"], token) as client:
+        await client.call_tool("increment_counter", {"count": 2})
+    async with mcp_client(f"{b.url}/mcp", token) as client:
+        wrong = await client.call_tool("increment_counter", {"count": 100})
+    assert wrong.is_error
+    assert f"issued by another replica (http://127.0.0.1:{port_a})" in wrong.content[0].text  # type: ignore[union-attr]
+    rest = httpx.post(f"{b.url}/verify", json={"trajectory": {"format": "recorded"}}, headers={HEADER: token})
+    assert rest.status_code == 401 and f"http://127.0.0.1:{port_a}" in rest.json()["detail"]
+    value = httpx.post(f"{a.url}/get_counter_value", json={}, headers={HEADER: token}).json()
+    assert value == {"count": 42}, "the refused call on B must not have touched the session"
+
+
+def test_misconfigured_advertise_url_is_reported_by_readyz(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+    elsewhere = free_port()
+    bridge: BridgeProcess = spawn_bridge(
+        ["--advertise-url", f"http://127.0.0.1:{elsewhere}"], wait_ready=False
+    )
+    deadline = time.monotonic() + 300
+    while not bridge_started(bridge):
+        assert time.monotonic() < deadline and bridge.proc and bridge.proc.poll() is None, bridge.log()
+        time.sleep(0.2)
+    ready = httpx.get(f"{bridge.url}/readyz", timeout=10)
+    assert ready.status_code == 503
+    assert f"advertise_url http://127.0.0.1:{elsewhere} does not reach this bridge" in ready.json()["reason"]
+
+
+def bridge_started(bridge: BridgeProcess) -> bool:
+    try:
+        return bool(httpx.get(f"{bridge.url}/healthz", timeout=2).json()["upstream"]["ready"])
+    except httpx.HTTPError:
+        return False
