@@ -98,7 +98,8 @@ async def serve(settings: Settings) -> None:
     try:
         bridge = Bridge(settings)
     except ValueError as exc:
-        raise StartupError(f"invalid signing key: {exc}") from exc
+        sock.close()
+        raise StartupError(f"cannot use the signing key: {exc}") from exc
     bridge.bound = sock.getsockname()[:2]
     if bridge.generated_key:
         log.warning(

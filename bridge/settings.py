@@ -8,6 +8,7 @@ the ones given as keyword arguments). Invalid values are rejected when the objec
 
 from __future__ import annotations
 
+import os
 import secrets as _secrets
 from pathlib import Path
 from typing import Literal
@@ -59,14 +60,38 @@ class Settings(BaseSettings):
         ["row", "openapi"], description="where a session's tools come from, first non-empty wins"
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    max_header_bytes: int = Field(
+        32 * 1024, ge=1024, description="largest total size of a request's headers (431 past it)"
+    )
+    max_json_depth: int = Field(64, ge=4, description="deepest nesting of a JSON body accepted (400 past it)")
+    max_argument_bytes: int = Field(
+        1024 * 1024, ge=16, description="largest tool-call arguments object, as JSON (413 past it)"
+    )
+    allowed_hosts: list[str] | None = Field(
+        None,
+        description="DNS-rebinding protection: Host values accepted, comma-separated ('host:*' = any port, "
+        "'*' = no check); default: loopback names when bound to a loopback address, else no check",
+    )
+    allowed_origins: list[str] | None = Field(
+        None,
+        description="Origin values accepted from browsers, comma-separated ('origin:*' = any port); "
+        "default: http(s)://<each allowed host>",
+    )
     max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
     restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
-    shutdown_grace_s: float = Field(10.0, ge=0, description="drain time for in-flight calls on SIGTERM")
+    shutdown_grace_s: float = Field(60.0, ge=0, description="drain time for in-flight calls on SIGTERM")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
 
     @field_validator("tools_from", mode="before")
     @classmethod
     def _split_sources(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
@@ -97,7 +122,12 @@ class Settings(BaseSettings):
     def signing_keys(self) -> tuple[list[str], bool]:
         """(keys, generated): keys from secret or secret_file, or one random key for this process."""
         if self.secret_file is not None:
-            raw = self.secret_file.read_text()
+            try:
+                raw = self.secret_file.read_text()
+            except OSError as exc:
+                raise ValueError(
+                    f"secret_file {self.secret_file} cannot be read by uid {os.getuid()}: {exc.strerror}"
+                ) from exc
             keys = [line.strip() for line in raw.splitlines() if line.strip()]
         elif self.secret is not None:
             keys = [k.strip() for k in self.secret.get_secret_value().split(",") if k.strip()]

@@ -41,6 +41,7 @@ from container_helpers import (
     free_port,
     mcp_call,
     pids_with_env,
+    responses_object,
     result_json,
     rollout,
 )
@@ -80,8 +81,10 @@ def image(engine: Engine) -> Iterator[str]:
     built = engine.client.images.get(IMAGE_TAG)
     TIMINGS["image_size_mb"] = built.attrs["Size"] / 1e6
     if previous and previous != built.id:
-        with contextlib.suppress(Exception):  # the old build's own layers; shared ones stay
+        try:  # the old build's own layers; layers shared with the new build stay
             engine.client.images.remove(previous)
+        except Exception as exc:
+            sys.stderr.write(f"could not remove the previous test image {previous}: {exc}\n")
     yield IMAGE_TAG
     if os.environ.get("GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE") == "1":
         with contextlib.suppress(Exception):
@@ -97,6 +100,22 @@ def secret(tmp_path: Path) -> Path:
     return path
 
 
+def image_healthcheck(engine: Engine, image: str) -> dict[str, Any]:
+    """The image's HEALTHCHECK (podman 4.3's Docker API leaves it out of Config; its CLI has it)."""
+    found = engine.client.images.get(image).attrs.get("Config", {}).get("Healthcheck")
+    if not found and engine.kind == "podman":
+        out = subprocess.run(
+            ["podman", "image", "inspect", "--format", "{{json .HealthCheck}}", image],
+            env=engine.cli_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        found = json.loads(out)
+    assert found, f"{image} has no HEALTHCHECK"
+    return dict(found)
+
+
 class Running:
     """A started container with a published port; removed on exit."""
 
@@ -105,7 +124,10 @@ class Running:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.marker = uuid.uuid4().hex
+        # Same port inside and out: /readyz checks, from inside the container, that the advertise
+        # URL reaches this bridge.
         environment = {
+            "GYM_MCP_BRIDGE_PORT": str(self.port),
             "GYM_MCP_BRIDGE_ADVERTISE_URL": self.base_url,
             "CONTAINER_TEST_MARKER": self.marker,
         }
@@ -119,7 +141,7 @@ class Running:
             detach=True,
             environment=environment,
             volumes=volumes,
-            ports={"8000/tcp": ("127.0.0.1", self.port)},
+            ports={f"{self.port}/tcp": ("127.0.0.1", self.port)},
             labels={"gym-mcp-bridge.test": "1"},
             read_only=True,
             tmpfs={"/tmp": ""},
@@ -178,15 +200,12 @@ def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
         health = box.wait_ready()
         TIMINGS["image_start_to_ready_s"] = time.monotonic() - t0
         assert health["advertise_url"] == box.base_url
-        assert health.get("host", health.get("bound", {}).get("host")) in (
-            "0.0.0.0",
-            None,
-        ) or "0.0.0.0" in json.dumps(health)
+        assert health["bound"] == {"host": "0.0.0.0", "port": box.port}, health
 
         # The image's own HEALTHCHECK command passes inside the container (podman without systemd
         # does not schedule healthchecks itself, so run it as the engine would).
         config = engine.client.images.get(image).attrs["Config"]
-        test = config["Healthcheck"]["Test"]
+        test = image_healthcheck(engine, image)["Test"]
         assert test[0] == "CMD" and "/healthz" in " ".join(test), test
         code, out = box.exec(*test[1:])
         assert code == 0, out
@@ -208,14 +227,31 @@ def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
         assert "Traceback" not in box.logs(), box.logs()
 
 
-def test_missing_secret_file_is_a_clear_startup_error(engine: Engine, image: str, tmp_path: Path) -> None:
-    """GYM_MCP_BRIDGE_SECRET_FILE naming a missing file: the container exits non-zero, saying so."""
-    with running(engine, image, None, {"GYM_MCP_BRIDGE_SECRET_FILE": "/run/secrets/bridge_secret"}) as box:
+@pytest.mark.parametrize("case", ["missing", "unreadable", "empty"])
+def test_bad_secret_file_is_a_clear_startup_error(
+    engine: Engine, image: str, tmp_path: Path, case: str
+) -> None:
+    """GYM_MCP_BRIDGE_SECRET_FILE naming a missing, unreadable (0600, another owner: the usual
+    compose/Docker mistake) or empty file: the container exits non-zero with one line naming the
+    file, no traceback, and never falls back to an ephemeral key."""
+    path = tmp_path / "bridge_secret"
+    tmp_path.chmod(0o755)
+    if case == "unreadable":
+        path.write_text(os.urandom(32).hex() + "\n")
+        path.chmod(0o600)  # owned by the test's user, not the container's uid 10001
+    elif case == "empty":
+        path.write_text("")
+        path.chmod(0o644)
+    secret = None if case == "missing" else path
+    with running(engine, image, secret, {"GYM_MCP_BRIDGE_SECRET_FILE": "/run/secrets/bridge_secret"}) as box:
         result = box.container.wait(timeout=120)
         logs = box.logs()
         assert result["StatusCode"] != 0, logs
-        assert "/run/secrets/bridge_secret" in logs, logs
         assert "Traceback" not in logs, logs
+        if case != "empty":
+            assert "/run/secrets/bridge_secret" in logs, logs
+        else:
+            assert "key" in logs.lower(), logs
 
 
 def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) -> None:
@@ -294,8 +330,9 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None
         **engine.cli_env,
         "GYM_MCP_BRIDGE_IMAGE": image,
         "GYM_MCP_BRIDGE_SECRET_PATH": str(secret),
-        "GYM_MCP_BRIDGE_PUBLISH": f"127.0.0.1:{port}",
-        "GYM_MCP_BRIDGE_SIDECAR_PUBLISH": f"127.0.0.1:{sidecar_port}",
+        "GYM_MCP_BRIDGE_PUBLISH_HOST": "127.0.0.1",
+        "GYM_MCP_BRIDGE_PUBLISH_PORT": str(port),
+        "GYM_MCP_BRIDGE_SIDECAR_PUBLISH_PORT": str(sidecar_port),
         "GYM_MCP_BRIDGE_ADVERTISE_URL": f"http://127.0.0.1:{port}",
         "GYM_MCP_BRIDGE_SIDECAR_ADVERTISE_URL": f"http://127.0.0.1:{sidecar_port}",
     }
@@ -344,3 +381,175 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None
             subprocess.run(
                 ["podman", "network", "rm", "-f", f"{project}_default"], env=env, capture_output=True
             )
+
+
+# ------------------------------------------------------------------- the Kubernetes pod
+
+
+def test_kubernetes_pod_layout(engine: Engine, image: str, secret: Path) -> None:
+    """The StatefulSet's pod, without Kubernetes: its two containers as written in
+    examples/kubernetes/statefulset.yaml (commands, args, env, read-only root, /tmp) sharing one
+    network namespace. The resources server's probe passes, a rollout works through the bridge in
+    external mode, and the resources server's preStop hook holds until the bridge has drained and
+    exited after SIGTERM."""
+    import yaml
+
+    sts = yaml.safe_load((ROOT / "examples" / "kubernetes" / "statefulset.yaml").read_text())
+    pod = sts["spec"]["template"]["spec"]
+    spec = {c["name"]: c for c in pod["containers"]}
+    gym_spec, bridge_spec = spec["resources-server"], spec["bridge"]
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+
+    def env_of(container: dict[str, Any]) -> dict[str, str]:
+        env = {}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+        return env
+
+    bridge_env = env_of(bridge_spec)
+    bridge_env["POD_NAME"], bridge_env["POD_NAMESPACE"] = "gym-mcp-bridge-0", "test"
+    # The pod DNS name does not resolve here; advertise what the test can reach, on the same port
+    # inside the pod as outside (readyz checks the advertise URL from inside).
+    bridge_env["GYM_MCP_BRIDGE_ADVERTISE_URL"] = base_url
+    bridge_env["GYM_MCP_BRIDGE_PORT"] = str(port)
+    secret_path = bridge_env["GYM_MCP_BRIDGE_SECRET_FILE"]
+    common = {
+        "read_only": True,
+        "tmpfs": {"/tmp": ""},
+        "cap_drop": ["ALL"],
+        "labels": {"gym-mcp-bridge.test": "1"},
+    }
+    gym = bridge = None
+    try:
+        gym = engine.client.containers.run(
+            image,
+            entrypoint=gym_spec["command"],
+            command=gym_spec["args"],
+            environment=env_of(gym_spec),
+            ports={f"{port}/tcp": ("127.0.0.1", port)},  # the pod's network namespace belongs to it
+            detach=True,
+            **common,
+        )
+        bridge = engine.client.containers.run(
+            image,
+            command=bridge_spec["args"],
+            environment=bridge_env,
+            volumes={str(secret): {"bind": secret_path, "mode": "ro"}},
+            network_mode=f"container:{gym.id}",
+            detach=True,
+            **common,
+        )
+
+        def logs() -> str:
+            out = []
+            for c in (gym, bridge):
+                with contextlib.suppress(Exception):
+                    out.append(c.logs().decode(errors="replace")[-4000:])
+            return "\n---\n".join(out)
+
+        deadline = time.monotonic() + 240
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base_url}/readyz", timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, f"pod not ready:\n{logs()}"
+            time.sleep(0.5)
+        health = httpx.get(f"{base_url}/healthz", timeout=5).json()
+        assert health["upstream"]["mode"] == "external", health
+        probe = gym_spec["livenessProbe"]["exec"]["command"]
+        code, out = gym.exec_run(probe)
+        assert code == 0, out
+        assert rollout(base_url) == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}
+
+        # preStop of the resources server: blocks while the bridge runs, returns once it is gone.
+        prestop = gym_spec["lifecycle"]["preStop"]["exec"]["command"]
+        finished: dict[str, Any] = {}
+
+        def run_prestop() -> None:
+            t = time.monotonic()
+            finished["code"] = gym.exec_run(prestop)[0]
+            finished["at"] = time.monotonic()
+            finished["took"] = finished["at"] - t
+
+        hook = threading.Thread(target=run_prestop, daemon=True)
+        hook.start()
+        time.sleep(3)
+        assert hook.is_alive(), f"preStop returned while the bridge was still serving: {finished}"
+        bridge.kill(signal="SIGTERM")
+        exit_status = bridge.wait(timeout=60)
+        exited_at = time.monotonic()
+        hook.join(30)
+        assert not hook.is_alive(), "preStop still waiting after the bridge exited"
+        assert finished["code"] == 0
+        assert finished["at"] - exited_at < 5, finished
+        assert exit_status["StatusCode"] == 0, logs()
+        gym.stop(timeout=30)
+        assert gym.wait(timeout=30)["StatusCode"] in (0, 130, 143), logs()  # SIGINT/SIGTERM exit of uvicorn
+    finally:
+        for c in (bridge, gym):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.remove(force=True, v=True)
+
+
+# ------------------------------------------------------------------------------ replicas
+
+
+async def _call_expecting_refusal(url: str, headers: dict[str, str]) -> str:
+    """tools/call with a token another replica issued: returns the refusal's text."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    try:
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("increment_counter", {"count": 1})
+    except Exception as exc:  # a JSON-RPC error or an HTTP refusal
+        return repr(exc) + str(getattr(exc, "error", ""))
+    assert result.is_error, f"replica B served a call with replica A's token: {result}"
+    return json.dumps(result.model_dump(mode="json"))
+
+
+def test_two_replicas_pin_sessions_by_url(engine: Engine, image: str, secret: Path) -> None:
+    """Two replicas of the image, same secret, different advertise URLs (what the StatefulSet
+    runs): a session seeded on A works on A; its token at B is refused with an answer naming A's
+    URL; each /healthz reports its own bound address and advertise URL."""
+    with running(engine, image, secret) as a, running(engine, image, secret) as b:
+        health = {"a": a.wait_ready(), "b": b.wait_ready()}
+        for name, box in (("a", a), ("b", b)):
+            assert health[name]["advertise_url"] == box.base_url
+            assert health[name]["bound"] == {"host": "0.0.0.0", "port": box.port}
+
+        seeded = httpx.post(f"{a.base_url}/seed_session", json=SEED_ROW, timeout=30)
+        assert seeded.status_code == 200, seeded.text
+        meta = seeded.json()["mcp"]
+        assert meta["url"] == f"{a.base_url}/mcp"
+        headers = {TOKEN_HEADER: meta["headers"][TOKEN_HEADER]}
+        results = asyncio.run(mcp_call(meta["url"], headers, [("increment_counter", {"count": 1})]))
+        assert result_json(results[0]) == {"success": True}
+
+        refusal = asyncio.run(_call_expecting_refusal(f"{b.base_url}/mcp", headers))
+        assert a.base_url in refusal, refusal
+        verify = httpx.post(
+            f"{b.base_url}/verify",
+            json={**SEED_ROW, "expected_count": 4, "response": responses_object([], "4")},
+            headers=headers,
+            timeout=30,
+        )
+        assert 400 <= verify.status_code < 500, verify.text
+        assert a.base_url in verify.text, verify.text
+        # ...and A still scores its own session.
+        verify = httpx.post(
+            f"{a.base_url}/verify",
+            json={**SEED_ROW, "expected_count": 4, "response": responses_object([], "4")},
+            headers=headers,
+            timeout=30,
+        )
+        assert verify.status_code == 200 and verify.json()["reward"] == 1.0, verify.text

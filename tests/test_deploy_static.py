@@ -141,12 +141,21 @@ def test_compose_default_profile() -> None:
     assert set(cfg["services"]) == {"bridge"}, "`docker compose up` runs the default environment only"
     bridge = cfg["services"]["bridge"]
     assert [(p["target"], str(p["published"])) for p in bridge["ports"]] == [(8000, "8000")]
+    # Same port inside and out, so the advertise URL reaches the bridge from inside the container
+    # too (/readyz checks it).
+    assert bridge["environment"]["GYM_MCP_BRIDGE_PORT"] == "8000"
+    assert bridge["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == "http://localhost:8000"
     assert "/readyz" in " ".join(bridge["healthcheck"]["test"])
     assert [s["source"] for s in bridge["secrets"]] == ["bridge_secret"]
     assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET_FILE"] == "/run/secrets/bridge_secret"
     assert "GYM_MCP_BRIDGE_SECRET" not in bridge["environment"], "the key comes from the secret file only"
     assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
     assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
+    grace = bridge["stop_grace_period"]  # e.g. "1m0s"
+    minutes, _, seconds = grace.rstrip("s").partition("m")
+    assert 60 * float(minutes or 0) + float(seconds or 0) > float(
+        bridge["environment"]["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"]
+    ), "the drain finishes before compose kills the container"
     assert cfg["secrets"]["bridge_secret"]["file"].endswith("secrets/bridge_secret")
     assert bridge["build"]["args"]["NEMO_GYM_VERSION"] == "0.4.0"
 
@@ -165,6 +174,11 @@ def test_compose_sidecar_profile() -> None:
     assert "gym" in sidecar["depends_on"]
     published = {str(p["published"]) for s in services.values() for p in s.get("ports", [])}
     assert published == {"8000", "8001"}, "both stacks can run side by side"
+    for name in ("bridge", "bridge-sidecar"):
+        svc = services[name]
+        (port,) = svc["ports"]
+        assert str(port["target"]) == str(port["published"]) == svc["environment"]["GYM_MCP_BRIDGE_PORT"]
+        assert svc["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == f"http://localhost:{port['published']}"
 
 
 # ---------------------------------------------------------------- Kubernetes
@@ -261,7 +275,11 @@ def test_probes_and_drain() -> None:
         assert "preStop" in c.get("lifecycle", {}), f"{c['name']} has no preStop"
     gym_prestop = " ".join(_container(pod, "resources-server")["lifecycle"]["preStop"]["exec"]["command"])
     assert "2328" in gym_prestop and "1F40" in gym_prestop, "the upstream waits for the bridge to drain"
-    assert pod["terminationGracePeriodSeconds"] >= 60
+    env = {e["name"]: e.get("value") for e in bridge["env"]}
+    sleep = int(bridge["lifecycle"]["preStop"]["exec"]["command"][-1])
+    drain = float(env["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"])
+    assert drain >= 60, "the drain budget covers a tool call (tool_timeout_s defaults to 60)"
+    assert pod["terminationGracePeriodSeconds"] > sleep + drain, "preStop + drain fit in the grace period"
 
 
 def test_pod_hardening_and_resources() -> None:
@@ -294,7 +312,7 @@ def test_pod_hardening_and_resources() -> None:
 def test_deploy_env_vars_are_bridge_settings() -> None:
     """Every GYM_MCP_BRIDGE_* name the deployment files set is a field of the bridge's settings."""
     try:
-        from bridge.settings import Settings  # type: ignore[import-not-found]
+        from bridge.settings import Settings
     except ImportError:
         pytest.skip("bridge.settings.Settings not importable yet")
     fields = {name.upper() for name in Settings.model_fields}
@@ -302,5 +320,12 @@ def test_deploy_env_vars_are_bridge_settings() -> None:
     texts += [p.read_text() for p in K8S.glob("*.yaml")]
     used = set(re.findall(r"GYM_MCP_BRIDGE_([A-Z_]+)", "\n".join(texts)))
     # compose.yaml's own interpolation variables (not passed to the bridge)
-    used -= {"IMAGE", "PUBLISH", "SIDECAR_PUBLISH", "SIDECAR_ADVERTISE_URL", "SECRET_PATH"}
+    used -= {
+        "IMAGE",
+        "PUBLISH_HOST",
+        "PUBLISH_PORT",
+        "SIDECAR_PUBLISH_PORT",
+        "SIDECAR_ADVERTISE_URL",
+        "SECRET_PATH",
+    }
     assert used <= fields, f"not bridge settings: {sorted(used - fields)}"

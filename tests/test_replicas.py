@@ -39,18 +39,25 @@ async def test_a_session_works_on_its_replica_and_is_refused_elsewhere_naming_th
     assert value == {"count": 42}, "the refused call on B must not have touched the session"
 
 
-def test_misconfigured_advertise_url_is_reported_by_readyz(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+def test_misconfigured_advertise_url_is_reported_by_readyz(
+    spawn_bridge, counter_bridge: BridgeProcess
+) -> None:  # type: ignore[no-untyped-def]
     elsewhere = free_port()
-    bridge: BridgeProcess = spawn_bridge(
+    unreachable: BridgeProcess = spawn_bridge(
         ["--advertise-url", f"http://127.0.0.1:{elsewhere}"], wait_ready=False
     )
+    pointing_at_other: BridgeProcess = spawn_bridge(["--advertise-url", counter_bridge.url], wait_ready=False)
     deadline = time.monotonic() + 300
-    while not bridge_started(bridge):
-        assert time.monotonic() < deadline and bridge.proc and bridge.proc.poll() is None, bridge.log()
-        time.sleep(0.2)
-    ready = httpx.get(f"{bridge.url}/readyz", timeout=10)
-    assert ready.status_code == 503
-    assert f"advertise_url http://127.0.0.1:{elsewhere} does not reach this bridge" in ready.json()["reason"]
+    for bridge in (unreachable, pointing_at_other):
+        while not bridge_started(bridge):
+            assert time.monotonic() < deadline and bridge.proc and bridge.proc.poll() is None, bridge.log()
+            time.sleep(0.2)
+    warned = httpx.get(f"{unreachable.url}/readyz", timeout=10)
+    assert warned.status_code == 200, "a published port may be unreachable from inside: only a warning"
+    assert f"advertise_url http://127.0.0.1:{elsewhere} cannot be reached" in warned.json()["warnings"][0]
+    wrong = httpx.get(f"{pointing_at_other.url}/readyz", timeout=10)
+    assert wrong.status_code == 503
+    assert f"advertise_url {counter_bridge.url} reaches another server" in wrong.json()["reason"]
 
 
 def bridge_started(bridge: BridgeProcess) -> bool:
