@@ -7,11 +7,24 @@ Each request carries its rollout's session token (``X-NeMo-Gym-Session-Token``, 
 OpenAPI tools without a token. ``tools/call`` authorizes the token for that tool, then
 ``Bridge.call_tool`` calls the upstream with the session's cookie; every refusal and every
 upstream failure comes back as an ``isError`` result whose text a model can read.
+
+Fast path. The SDK's stateless transport builds a transport, a task, memory streams and a JSON-RPC
+dispatcher for every POST; for the one message a rollout sends thousands of times -- a single
+well-formed ``tools/call`` -- that machinery is most of the bridge's CPU. ``McpEndpoint.app`` answers
+such a request itself and hands everything else to the SDK (``sdk_app``) untouched: other methods,
+notifications, batches, GET/DELETE, unknown protocol revisions, a duplicated or missing routing
+header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, a Host/Origin the rebinding
+check refuses, an oversized or unparsable body. What the fast path does answer it answers exactly as
+the SDK would: the same handler (``_call``), the SDK's own result serialization for the negotiated
+revision (2026-07-28 adds ``resultType`` and the ``serverInfo`` ``_meta`` stamp), the same JSON-RPC
+envelope and status; ``tests/test_fastpath.py`` checks the two paths answer alike.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -21,10 +34,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.types import Message, Receive, Scope, Send
 
 from bridge import __version__
 from bridge.core import Bridge, Rejected
-from bridge.tokens import from_headers
+from bridge.tokens import HEADER, from_headers
 
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
@@ -59,7 +73,11 @@ class McpEndpoint:
             security_settings=security or TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=bridge.settings.max_body_bytes,
         )
-        self.app = StreamableHTTPASGIApp(self.manager)
+        self.sdk_app = StreamableHTTPASGIApp(self.manager)
+        self.fast = _FastPath.build(self)
+        self.fast_calls = 0  # tools/call requests the fast path answered (tests and profiling read it)
+        # An ASGI object, not a bound method: Starlette would wrap a method as a GET request handler.
+        self.app: Any = _EndpointApp(self) if self.fast is not None else self.sdk_app
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -78,12 +96,15 @@ class McpEndpoint:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        name = params.name
+        return await self._call(_token(ctx), params.name, params.arguments)
+
+    async def _call(
+        self, token: str | None, name: str, arguments: Mapping[str, Any] | None
+    ) -> types.CallToolResult:
+        """``tools/call``, shared by the SDK handler and the fast path."""
         try:
-            session = self.bridge.authorize(_token(ctx), name)
-            outcome = await self.bridge.call_tool(
-                session, name, dict(params.arguments or {}), transport="mcp"
-            )
+            session = self.bridge.authorize(token, name)
+            outcome = await self.bridge.call_tool(session, name, dict(arguments or {}), transport="mcp")
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return error_result(exc.reason)
@@ -99,3 +120,292 @@ class McpEndpoint:
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.message)], structured_content=structured
         )
+
+
+# -- fast path ---------------------------------------------------------------------------------------
+
+
+class _EndpointApp:
+    """The ``/mcp`` ASGI app: POSTs go through the fast path's triage, everything else to the SDK."""
+
+    def __init__(self, endpoint: McpEndpoint) -> None:
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.endpoint.fast
+        if fast is None or scope["type"] != "http" or scope["method"] != "POST":
+            await self.endpoint.sdk_app(scope, receive, send)
+            return
+        await fast.handle(scope, receive, send)
+
+
+_PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
+_MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_MCP_PARAM_PREFIX = b"mcp-param-"
+_TOKEN_HEADER = HEADER.lower().encode("latin-1")
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_META_CACHE_SIZE = 256
+
+
+class _FastPath:
+    """Answers a single well-formed ``tools/call`` POST without the SDK's per-request transport.
+
+    Built only against the SDK release it was checked with: if a private piece it leans on (result
+    serialization by ``ServerRunner``) is missing, ``build`` returns None and the SDK serves all."""
+
+    def __init__(self, endpoint: McpEndpoint, serialize: Callable[[str, str, Any], dict[str, Any]]) -> None:
+        from mcp_types import DEFAULT_NEGOTIATED_VERSION
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+        self.endpoint = endpoint
+        self.serialize = serialize
+        self.security = endpoint.manager.security_settings or TransportSecuritySettings(
+            enable_dns_rebinding_protection=False
+        )
+        self.max_body = endpoint.manager.max_request_body_size
+        self.default_version = DEFAULT_NEGOTIATED_VERSION
+        self.handshake_versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
+        self.modern_versions = frozenset(MODERN_PROTOCOL_VERSIONS)
+        self.valid_meta: dict[bytes, bool] = {}
+
+    @classmethod
+    def build(cls, endpoint: McpEndpoint) -> _FastPath | None:
+        try:
+            from mcp.server.connection import Connection
+            from mcp.server.runner import ServerRunner
+
+            runner = ServerRunner(endpoint.server, Connection.from_envelope("2025-03-26", None, None), None)
+            serialize = runner._serialize
+        except (ImportError, AttributeError, TypeError) as exc:  # pragma: no cover - another SDK release
+            log.warning(
+                "MCP fast path disabled (this MCP SDK differs from the one it was built for: %s)", exc
+            )
+            return None
+        return cls(endpoint, serialize)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve a POST: the fast path when it can answer exactly as the SDK would, else the SDK."""
+        headers = self._headers(scope)
+        if headers is None:
+            await self.endpoint.sdk_app(scope, receive, send)
+            return
+        body, replay = await self._read(receive, headers)
+        plan = self._plan(headers, body) if body is not None else None
+        if plan is None:
+            await self.endpoint.sdk_app(scope, replay, send)
+            return
+        version, request_id, name, arguments = plan
+        await self._answer(send, headers, version, request_id, name, arguments)
+
+    def _headers(self, scope: Scope) -> dict[bytes, bytes] | None:
+        """The request headers, or None when one the SDK looks at would make it answer differently."""
+        raw: list[tuple[bytes, bytes]] = scope["headers"]
+        headers = dict(raw)
+        if len(headers) != len(raw):
+            return None  # a repeated header: the SDK's first-or-last reading and its duplicate checks rule
+        content_type = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
+        if content_type != b"application/json":
+            return None
+        if not _accepts_json(headers.get(b"accept", b"")):
+            return None
+        if self.security.enable_dns_rebinding_protection and not self._host_origin_ok(headers):
+            return None
+        if any(key.startswith(_MCP_PARAM_PREFIX) for key in headers):
+            return None
+        return headers
+
+    def _host_origin_ok(self, headers: dict[bytes, bytes]) -> bool:
+        """The SDK's Host/Origin allow-list check (``TransportSecurityMiddleware``), without its logging:
+        a refused request goes to the SDK, which refuses and logs it once."""
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not host or not _allowed(host, self.security.allowed_hosts):
+            return False
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        return not origin or _allowed(origin, self.security.allowed_origins)
+
+    async def _read(self, receive: Receive, headers: dict[bytes, bytes]) -> tuple[bytes | None, Receive]:
+        """The whole body (None if over the limit or not a plain body) and a receive that replays it."""
+        consumed: list[Message] = []
+        declared = headers.get(b"content-length")
+        body: bytes | None = None
+        if declared is None or not declared.isdigit() or int(declared) <= self.max_body:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                consumed.append(message)
+                if message["type"] != "http.request":
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                chunks.append(chunk)
+                if size > self.max_body:
+                    break
+                if not message.get("more_body", False):
+                    body = b"".join(chunks)
+                    break
+
+        async def replay() -> Message:
+            return consumed.pop(0) if consumed else await receive()
+
+        return body, replay
+
+    def _plan(
+        self, headers: dict[bytes, bytes], body: bytes
+    ) -> tuple[str, int | str, str, dict[str, Any] | None] | None:
+        """(revision, request id, tool name, arguments) of a call the fast path can answer, else None."""
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if (
+            type(message) is not dict
+            or message.get("method") != "tools/call"
+            or message.get("jsonrpc") != "2.0"
+            or not _MESSAGE_KEYS.issuperset(message)
+        ):
+            return None
+        request_id = message.get("id")
+        if type(request_id) is not int and type(request_id) is not str:
+            return None  # missing (a notification), null, bool, float ...: the SDK's answer
+        params = message.get("params")
+        if type(params) is not dict or not _PARAM_KEYS.issuperset(params):
+            return None
+        name = params.get("name")
+        arguments = params.get("arguments")
+        if type(name) is not str or (arguments is not None and type(arguments) is not dict):
+            return None
+        header_version = headers.get(b"mcp-protocol-version")
+        version = self.default_version if header_version is None else header_version.decode("latin-1")
+        if version in self.handshake_versions:
+            if "_meta" in params:
+                return None  # request _meta (progress tokens, a stray modern envelope): the SDK's
+            return version, request_id, name, arguments
+        if version not in self.modern_versions:
+            return None
+        if not self._modern_ok(headers, message, version, params):
+            return None
+        return version, request_id, name, arguments
+
+    def _modern_ok(
+        self, headers: dict[bytes, bytes], message: dict[str, Any], version: str, params: dict[str, Any]
+    ) -> bool:
+        """A 2026-07-28 request passes the SDK's inbound ladder (routing headers agree with the body,
+        the envelope names this revision) and its ``_meta`` validates for ``tools/call``."""
+        from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
+
+        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
+        verdict = classify_inbound_request(message, headers=text_headers)
+        if not isinstance(verdict, InboundModernRoute) or verdict.protocol_version != version:
+            return False
+        meta = params.get("_meta")
+        try:
+            key = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            return False
+        valid = self.valid_meta.get(key)
+        if valid is None:
+            valid = _meta_valid(version, meta)
+            if len(self.valid_meta) >= _META_CACHE_SIZE:
+                self.valid_meta.clear()
+            self.valid_meta[key] = valid
+        return valid
+
+    async def _answer(
+        self,
+        send: Send,
+        headers: dict[bytes, bytes],
+        version: str,
+        request_id: int | str,
+        name: str,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        from mcp_types import JSONRPCError, JSONRPCResponse
+
+        endpoint = self.endpoint
+        endpoint.fast_calls += 1
+        token = _token_from(headers)
+        modern = version in self.modern_versions
+        message: JSONRPCResponse | JSONRPCError
+        try:
+            result = await endpoint._call(token, name, arguments)
+            message = JSONRPCResponse(
+                jsonrpc="2.0", id=request_id, result=self.serialize("tools/call", version, result)
+            )
+        except Exception as exc:
+            message = JSONRPCError(jsonrpc="2.0", id=request_id, error=_error_data(exc, modern))
+        status = 200
+        if modern:
+            # The SDK's single-exchange writer (``_streamable_http_modern._write``).
+            from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+
+            if isinstance(message, JSONRPCError):
+                status = ERROR_CODE_HTTP_STATUS.get(message.error.code, 200)
+            payload = json.dumps(
+                message.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")
+            ).encode()
+        else:
+            # The SDK's stateless JSON-response transport (``_create_json_response``).
+            payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+def _token_from(headers: dict[bytes, bytes]) -> str | None:
+    """``tokens.from_headers(..., bearer=True)`` over raw ASGI headers."""
+    token = headers.get(_TOKEN_HEADER)
+    if token:
+        return token.decode("latin-1").strip()
+    auth = headers.get(b"authorization", b"").decode("latin-1")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return None
+
+
+def _accepts_json(accept: bytes) -> bool:
+    """``check_accept_headers``'s JSON half (RFC 7231 wildcards), as the SDK reads Accept."""
+    for media_type in accept.decode("latin-1").split(","):
+        kind = media_type.strip().split(";")[0].strip().lower()
+        if kind in ("*/*", "application/json", "application/*"):
+            return True
+    return False
+
+
+def _allowed(value: str, allowed: list[str]) -> bool:
+    if value in allowed:
+        return True
+    return any(a.endswith(":*") and value.startswith(a[:-2] + ":") for a in allowed)
+
+
+def _meta_valid(version: str, meta: Any) -> bool:
+    from mcp_types import methods
+    from pydantic import ValidationError
+
+    try:
+        methods.validate_client_request("tools/call", version, {"name": "x", "arguments": {}, "_meta": meta})
+    except (ValidationError, KeyError, ValueError):
+        return False
+    return True
+
+
+def _error_data(exc: Exception, modern: bool) -> Any:
+    """The JSON-RPC error the SDK sends when the handler raises: its modern entry maps through
+    ``modern_error_data``; its handshake-era dispatcher keeps ``code=0`` with the exception text."""
+    from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+    from mcp_types import ErrorData
+
+    if modern:
+        from mcp.server.runner import modern_error_data
+
+        return modern_error_data(exc)
+    error = handler_exception_to_error_data(exc)
+    if error is None:
+        log.exception("handler for 'tools/call' raised")
+        error = ErrorData(code=0, message=str(exc))
+    return error

@@ -1,0 +1,337 @@
+"""Processes under test: the Gym upstream, the bridge, Gym 0.7's in-process MCP server and a generic
+OpenAPI->MCP proxy; the side environments the last two need; CPU and memory read from /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "bench"
+GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
+BOOT = ROOT / "bridge" / "upstream_boot.py"
+BRIDGE = [sys.executable, "-m", "bridge"]
+SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
+SERVER = "example_session_state_mgmt"
+GYM07_ENV = CACHE / "gym07-env"
+FASTMCP_ENV = CACHE / "fastmcp-env"
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class BenchError(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` (nanosecond schedstat where available, else clock ticks)."""
+    total = 0.0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]) / 1e9
+        if total:
+            return total
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except OSError:
+        return 0.0
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of ``pid`` in KiB."""
+    out = {"rss_kb": 0, "hwm_kb": 0}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out["rss_kb"] = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                out["hwm_kb"] = int(line.split()[1])
+    return out
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    url: str = ""
+    log: Path | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def memory(self) -> dict[str, int]:
+        return memory_kb(self.pid)
+
+    def log_tail(self, lines: int = 15) -> str:
+        if self.log is None or not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM to this process's own group (it was started in a new session), then SIGKILL."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+
+
+def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
+    log = workdir / f"{name}.log"
+    popen = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Proc(name=name, popen=popen, log=log)
+
+
+def _wait_port_file(proc: Proc, port_file: Path, timeout: float) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():
+        if not proc.alive():
+            raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+        if time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"{proc.name} wrote no port file within {timeout:g}s:\n{proc.log_tail()}")
+        time.sleep(0.02)
+    info: dict[str, object] = json.loads(port_file.read_text())
+    return info
+
+
+def _wait_http(proc: Proc, url: str, timeout: float, poll: float = 0.01) -> float:
+    """Seconds until ``url`` answers 200; raises BenchError with the log tail otherwise."""
+    started = time.monotonic()
+    while True:
+        if http_status(url) == 200:
+            return time.monotonic() - started
+        if not proc.alive():
+            raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+        if time.monotonic() - started > timeout:
+            proc.stop()
+            raise BenchError(f"{proc.name} not ready at {url} within {timeout:g}s:\n{proc.log_tail()}")
+        time.sleep(poll)
+
+
+def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
+    if not GYM_PYTHON.exists():
+        raise BenchError(f"the Gym environment is missing ({GYM_PYTHON}); run 'make setup'")
+    port_file = workdir / "upstream.port.json"
+    started = time.monotonic()
+    proc = _spawn(
+        "upstream",
+        [
+            str(GYM_PYTHON),
+            str(BOOT),
+            "--server",
+            SERVER,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        workdir,
+    )
+    info = _wait_port_file(proc, port_file, timeout)
+    proc.url = f"http://{info['host']}:{info['port']}"
+    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
+    proc.extra["boot_s"] = time.monotonic() - started
+    proc.extra["gym_version"] = info.get("gym_version")
+    return proc
+
+
+def start_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge", timeout: float = 240) -> Proc:
+    """``gym-mcp-bridge serve`` (external mode when ``upstream_url`` is given); ``extra['ready_s']`` is
+    the time from spawn to the first 200 from /readyz."""
+    port = free_port()
+    argv = [*BRIDGE, "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    if upstream_url:
+        argv += ["--upstream-url", upstream_url]
+    started = time.monotonic()
+    proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET})
+    proc.url = f"http://127.0.0.1:{port}"
+    deadline = started + timeout
+    while http_status(f"{proc.url}/readyz", timeout=1.0) != 200:
+        if not proc.alive():
+            raise BenchError(f"{name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+        if time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"{name} not ready within {timeout:g}s:\n{proc.log_tail()}")
+        time.sleep(0.005)
+    proc.extra["ready_s"] = time.monotonic() - started
+    return proc
+
+
+def start_gym07(workdir: Path, timeout: float = 240) -> Proc:
+    port_file = workdir / "gym07.port.json"
+    proc = _spawn(
+        "gym07",
+        [
+            str(GYM07_ENV / "bin" / "python"),
+            str(ROOT / "benchmarks" / "gym07_boot.py"),
+            "--port-file",
+            str(port_file),
+        ],
+        workdir,
+    )
+    info = _wait_port_file(proc, port_file, timeout)
+    proc.url = f"http://{info['host']}:{info['port']}"
+    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
+    proc.extra["gym_version"] = info.get("gym_version")
+    return proc
+
+
+def start_fastmcp(workdir: Path, upstream_url: str, timeout: float = 120) -> Proc:
+    port_file = workdir / "fastmcp.port.json"
+    proc = _spawn(
+        "fastmcp",
+        [
+            str(FASTMCP_ENV / "bin" / "python"),
+            str(ROOT / "benchmarks" / "fastmcp_proxy.py"),
+            "--upstream",
+            upstream_url,
+            "--port-file",
+            str(port_file),
+        ],
+        workdir,
+    )
+    info = _wait_port_file(proc, port_file, timeout)
+    proc.url = f"http://{info['host']}:{info['port']}"
+    return proc
+
+
+# -- side environments (built by the benchmark itself, cached under .cache/bench) -------------------
+
+
+def _find_python(minor: str) -> str | None:
+    try:
+        out = subprocess.run(
+            [str(ROOT / "scripts" / "find-python.sh"), minor], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _uv() -> str:
+    local = ROOT / ".cache" / "uv-venv" / "bin" / "uv"
+    return str(local) if local.exists() else "uv"
+
+
+def _run(argv: list[str], log: Path) -> None:
+    with log.open("ab") as out:
+        out.write(("$ " + " ".join(argv) + "\n").encode())
+        out.flush()
+        subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=900)
+
+
+def _imports(python: Path, code: str) -> bool:
+    if not python.exists():
+        return False
+    return subprocess.run([str(python), "-c", code], capture_output=True, timeout=300).returncode == 0
+
+
+GYM07_CHECK = "import nemo_gym.mcp_auto_exposure, resources_servers.example_session_state_mgmt.app"
+GYM07_DEPS = [
+    "aiohttp", "fastapi", "gprof2dot", "hydra-core", "itsdangerous", "mcp>=1.28.1,<2", "omegaconf",
+    "openai==2.44.0", "anthropic", "orjson", "pandas", "pydantic", "pydot", "ray>=2.55.1", "requests",
+    "rich", "typing-extensions", "uvicorn", "wandb", "yappi", "PyJWT", "psutil", "uvloop", "httptools",
+    "jinja2", "devtools", "tqdm", "scipy",
+]  # fmt: skip
+
+
+def ensure_gym07_env(log: Path) -> str | None:
+    """Build ``.cache/bench/gym07-env`` (nemo-gym 0.7.0 + its resource-server import slice).
+
+    nemo-gym >= 0.5 requires Python >= 3.13.14. This machine's newest 3.13 is older, so nemo-gym is
+    installed with ``pip install --ignore-requires-python`` -- acceptable for benchmarking only, never
+    for serving. Returns None when ready, else the reason the column is skipped."""
+    python = GYM07_ENV / "bin" / "python"
+    if _imports(python, GYM07_CHECK):
+        return None
+    base = _find_python("3.13")
+    if base is None:
+        return "no Python 3.13 interpreter on this machine (nemo-gym 0.7.0 needs >= 3.13.14)"
+    try:
+        _run([_uv(), "venv", "-q", "--seed", "--clear", "--python", base, str(GYM07_ENV)], log)
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--ignore-requires-python",
+                "nemo-gym==0.7.0",
+            ],
+            log,
+        )
+        _run([_uv(), "pip", "install", "-q", "--python", str(python), *GYM07_DEPS], log)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not build the nemo-gym 0.7.0 environment ({exc}); see {log}"
+    if not _imports(python, GYM07_CHECK):
+        return f"nemo-gym 0.7.0 does not import on {base}; see {log}"
+    return None
+
+
+def ensure_fastmcp_env(log: Path) -> str | None:
+    python = FASTMCP_ENV / "bin" / "python"
+    if _imports(python, "import fastmcp"):
+        return None
+    base = _find_python("3.12") or _find_python("3.11")
+    if base is None:
+        return "no Python 3.11/3.12 interpreter for the FastMCP environment"
+    try:
+        _run([_uv(), "venv", "-q", "--clear", "--python", base, str(FASTMCP_ENV)], log)
+        _run([_uv(), "pip", "install", "-q", "--python", str(python), "fastmcp", "httpx"], log)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not build the FastMCP environment ({exc}); see {log}"
+    return None if _imports(python, "import fastmcp") else f"fastmcp does not import; see {log}"

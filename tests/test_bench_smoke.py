@@ -1,0 +1,39 @@
+"""The benchmark runs end to end with tiny counts: it prints its table, writes JSON, and the per-session
+counters it checks come out exact (``make bench`` runs the real sizes; CI does not)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GYM_PYTHON, ROOT
+
+
+@pytest.mark.timeout(180)
+def test_benchmark_quick_subset(tmp_path: Path) -> None:
+    if not GYM_PYTHON.exists():
+        pytest.skip("the Gym environment is missing: run 'make setup'")
+    out = tmp_path / "bench.json"
+    argv = "--quick --paths direct,bridge,bridge-2026 --seq-calls 40 --sessions 4 --calls 10 --warmup 8"
+    argv += " --idle-sessions 20 --startup-repeats 0"
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *argv.split(), "--sweep", "", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "sequential: 1 session x 40 calls" in run.stdout
+    assert "bridge MCP, raw JSON-RPC (handshake era)" in run.stdout
+    assert "correctness: every session final counter exact" in run.stdout
+    report = json.loads(out.read_text())
+    assert report["correct"] is True
+    paths = {s["path"] for s in report["summary"]}
+    assert paths == {"direct", "bridge", "bridge-2026"}
+    assert all(s["correct"] for s in report["summary"])
+    assert report["idle_sessions"]["sessions"] == 20

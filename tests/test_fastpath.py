@@ -1,0 +1,234 @@
+"""The ``/mcp`` fast path answers a ``tools/call`` exactly as the MCP SDK's transport does.
+
+One bridge (in process, external mode on a real Gym counter server) and one ``McpEndpoint``; each
+request is sent twice, once through ``endpoint.app`` (the fast path's triage) and once straight to
+``endpoint.sdk_app`` (the SDK), on two sessions seeded alike, and the HTTP status, content type and
+JSON body must match -- for both protocol eras (no version header, each handshake revision, and
+2026-07-28 with its envelope and routing headers), for successes and for every refusal. Requests the
+fast path must not answer itself (other methods, notifications, batches, a mismatched routing header,
+``_meta`` on the handshake wire, a wrong Accept) must reach the SDK: ``endpoint.fast_calls`` says which
+path answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from bridge.core import Bridge
+from bridge.mcp_endpoint import McpEndpoint
+from bridge.settings import Settings
+from tests.conftest import HEADER, SECRET, counter_row
+
+pytestmark = pytest.mark.anyio
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+}
+
+
+class Harness:
+    def __init__(self, bridge: Bridge, endpoint: McpEndpoint) -> None:
+        self.bridge = bridge
+        self.endpoint = endpoint
+        self.fast = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=endpoint.app), base_url="http://127.0.0.1"
+        )
+        self.sdk = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=endpoint.sdk_app), base_url="http://127.0.0.1"
+        )
+
+    async def token(self, initial: int = 5) -> str:
+        body = orjson.dumps(counter_row(initial))
+        response, session = await self.bridge.seed(body, orjson.loads(body), "")
+        assert response.status_code == 200 and session is not None
+        return session.token
+
+    async def both(
+        self,
+        message: Any,
+        headers: dict[str, str],
+        fast_token: str | None = None,
+        sdk_token: str | None = None,
+    ) -> tuple[httpx.Response, httpx.Response, bool]:
+        """Send ``message`` through both paths; returns the two responses and whether the fast path answered."""
+        base = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            **headers,
+        }
+        before = self.endpoint.fast_calls
+        fast = await self.fast.post("/mcp", content=orjson.dumps(message), headers=_with(base, fast_token))
+        took_fast = self.endpoint.fast_calls > before
+        sdk = await self.sdk.post("/mcp", content=orjson.dumps(message), headers=_with(base, sdk_token))
+        return fast, sdk, took_fast
+
+
+def _with(headers: dict[str, str], token: str | None) -> dict[str, str]:
+    return {**headers, HEADER: token} if token is not None else headers
+
+
+def same(fast: httpx.Response, sdk: httpx.Response) -> None:
+    assert fast.status_code == sdk.status_code, (fast.text, sdk.text)
+    assert fast.headers.get("content-type") == sdk.headers.get("content-type")
+    assert fast.json() == sdk.json(), (fast.text, sdk.text)
+
+
+@pytest.fixture
+async def harness(gym_upstream: Any) -> AsyncIterator[Harness]:
+    upstream = gym_upstream()
+    bridge = Bridge(Settings(upstream_url=upstream.url, secret=SECRET))
+    await bridge.start()
+    endpoint = McpEndpoint(bridge)
+    endpoint.server.name = bridge.upstream.server_name
+    assert endpoint.fast is not None, (
+        "the fast path is off: the MCP SDK differs from the one it was built for"
+    )
+    async with endpoint.manager.run():
+        h = Harness(bridge, endpoint)
+        async with h.fast, h.sdk:
+            yield h
+    await bridge.upstream.stop()
+
+
+def call(
+    name: str, arguments: Any = None, request_id: Any = 1, meta: Any = None, **extra: Any
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, **extra}
+    if arguments is not None:
+        params["arguments"] = arguments
+    if meta is not None:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def era_headers(version: str | None, name: str = "increment_counter") -> dict[str, str]:
+    if version is None:
+        return {}
+    if version == MODERN:
+        return {"mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": name}
+    return {"mcp-protocol-version": version}
+
+
+ERAS = [None, *HANDSHAKE_PROTOCOL_VERSIONS, MODERN]
+
+
+async def test_calls_answer_alike_on_both_paths(harness: Harness) -> None:
+    for version in ERAS:  # one upstream for every era: each boot of a Gym server costs seconds
+        await _calls_alike(harness, version)
+
+
+async def _calls_alike(harness: Harness, version: str | None) -> None:
+    meta = META if version == MODERN else None
+    fast_token, sdk_token = await harness.token(5), await harness.token(5)
+    cases: list[tuple[str, Any, Any]] = [
+        ("increment_counter", {"count": 1}, 1),
+        ("increment_counter", {"count": 2}, "string-id"),
+        ("get_counter_value", {}, 3),
+        ("get_counter_value", None, 4),  # no arguments at all
+        ("increment_counter", {"count": "x"}, 5),  # argument validation error text
+        ("increment_counter", {}, 6),  # missing required argument
+        ("no_such_tool", {}, 7),  # not in the allow-list
+        ("get_counter_value", {}, 8),
+    ]
+    for name, arguments, request_id in cases:
+        message = call(name, arguments, request_id, meta)
+        fast, sdk, took_fast = await harness.both(message, era_headers(version, name), fast_token, sdk_token)
+        same(fast, sdk)
+        assert took_fast, f"{name} was not answered by the fast path"
+    final = call("get_counter_value", {}, 9, meta)
+    fast, sdk, _ = await harness.both(final, era_headers(version, "get_counter_value"), fast_token, sdk_token)
+    assert fast.json()["result"]["structuredContent"] == {"count": 8}
+    same(fast, sdk)
+
+
+async def test_refusals_answer_alike_on_both_paths(harness: Harness) -> None:
+    for version in (None, "2025-06-18", MODERN):
+        await _refusals_alike(harness, version)
+
+
+async def _refusals_alike(harness: Harness, version: str | None) -> None:
+    meta = META if version == MODERN else None
+    token = await harness.token(1)
+    closed = await harness.token(1)
+    harness.bridge.close(harness.bridge.sessions.get(harness.bridge.signer.verify(closed).sid, 0))  # type: ignore[union-attr]
+    headers = era_headers(version)
+    message = call("increment_counter", {"count": 1}, 1, meta)
+    for fast_token, sdk_token in [
+        (None, None),  # missing token
+        ("not-a-jwt", "not-a-jwt"),  # malformed
+        (token + "x", token + "x"),  # bad signature
+        (closed, closed),  # revoked
+    ]:
+        fast, sdk, took_fast = await harness.both(message, headers, fast_token, sdk_token)
+        same(fast, sdk)
+        assert took_fast
+        assert fast.json()["result"]["isError"] is True
+    # a Bearer token is accepted on /mcp as well
+    bearer = {**headers, "authorization": f"Bearer {token}"}
+    fast, sdk, took_fast = await harness.both(
+        call("get_counter_value", {}, 2, meta), {**bearer, **era_headers(version, "get_counter_value")}
+    )
+    same(fast, sdk)
+    assert took_fast and fast.json()["result"]["structuredContent"] == {"count": 1}
+
+
+async def test_everything_else_goes_to_the_sdk(harness: Harness) -> None:
+    token = await harness.token(1)
+    modern = era_headers(MODERN)
+    sdk_cases: list[tuple[Any, dict[str, str]]] = [
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, {}),
+        ({"jsonrpc": "2.0", "method": "notifications/initialized"}, {}),
+        ([call("get_counter_value", {}, 1)], {}),  # a batch
+        (call("get_counter_value", {}, None), {}),  # null id
+        (call("get_counter_value", {}, True), {}),  # bool id
+        (call("get_counter_value", {}, 1.5), {}),  # float id
+        (call("get_counter_value", {}, 1, {"progressToken": 3}), {}),  # _meta on the handshake wire
+        (call("get_counter_value", {}, 1, META), {}),  # a modern envelope on the handshake wire
+        (call("get_counter_value", [1], 1), {}),  # arguments not an object
+        (call("get_counter_value", {}, 1, META), {"mcp-protocol-version": MODERN}),  # routing headers missing
+        (call("get_counter_value", {}, 1, META), {**modern, "mcp-name": "other"}),  # mismatched Mcp-Name
+        (
+            call(
+                "get_counter_value", {}, 1, {**META, "io.modelcontextprotocol/protocolVersion": "2025-06-18"}
+            ),
+            modern,
+        ),
+        (
+            call("increment_counter", {"count": 1}, 1, {"io.modelcontextprotocol/protocolVersion": MODERN}),
+            modern,
+        ),
+        (call("get_counter_value", {}, 1), {"mcp-protocol-version": "2099-01-01"}),  # unknown revision
+        ({**call("get_counter_value", {}, 1), "extra": 1}, {}),  # unexpected envelope member
+    ]
+    for message, headers in sdk_cases:
+        fast, sdk, took_fast = await harness.both(message, headers, token, token)
+        assert not took_fast, message
+        assert fast.status_code == sdk.status_code and fast.text == sdk.text, (message, fast.text, sdk.text)
+    # transport-level refusals: the SDK answers them on both paths
+    for headers in ({"accept": "text/event-stream"}, {"content-type": "text/plain"}):
+        fast, sdk, took_fast = await harness.both(call("get_counter_value", {}, 1), headers, token, token)
+        assert not took_fast and fast.status_code == sdk.status_code, headers
+    fast = await harness.fast.post(
+        "/mcp",
+        content=b"{not json",
+        headers={"content-type": "application/json", "accept": "application/json"},
+    )
+    sdk = await harness.sdk.post(
+        "/mcp",
+        content=b"{not json",
+        headers={"content-type": "application/json", "accept": "application/json"},
+    )
+    assert fast.status_code == sdk.status_code == 400 and fast.json() == sdk.json()
+    # GET and DELETE are the SDK's
+    for method in ("GET", "DELETE"):
+        fast = await harness.fast.request(method, "/mcp", headers={"accept": "application/json"})
+        sdk = await harness.sdk.request(method, "/mcp", headers={"accept": "application/json"})
+        assert fast.status_code == sdk.status_code, method
