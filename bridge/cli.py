@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import ipaddress
 import logging
 import signal
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import uvicorn
 from pydantic import ValidationError
 
@@ -90,18 +92,14 @@ def configure_logging(level: str) -> None:
 
 
 async def serve(settings: Settings) -> None:
-    from bridge.app import create_app
-    from bridge.core import Bridge
-    from bridge.upstream import UpstreamStartError
+    from bridge.upstream import Upstream, UpstreamStartError
 
-    sock = bind(settings.host, settings.port)
     try:
-        bridge = Bridge(settings)
+        _, generated_key = settings.signing_keys()
     except ValueError as exc:
-        sock.close()
         raise StartupError(f"cannot use the signing key: {exc}") from exc
-    bridge.bound = sock.getsockname()[:2]
-    if bridge.generated_key:
+    sock = bind(settings.host, settings.port)
+    if generated_key:
         log.warning(
             "no secret configured: session tokens are signed with a key generated for this process; "
             "they die with it and no other replica accepts them (set --secret-file or %sSECRET)",
@@ -119,13 +117,27 @@ async def serve(settings: Settings) -> None:
     assert starting is not None
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, starting.cancel)
+    upstream = Upstream(settings)
+    booting = asyncio.ensure_future(upstream.start())
     try:
+        # The MCP SDK takes seconds to import: do it while the upstream boots, not after.
+        await asyncio.to_thread(importlib.import_module, "bridge.app")
+        from bridge.app import create_app
+        from bridge.core import Bridge
+
+        bridge = Bridge(settings, upstream)
+        bridge.bound = sock.getsockname()[:2]
+        await booting
         await bridge.start()
     except UpstreamStartError as exc:
-        await bridge.upstream.stop()
+        await upstream.stop()
         raise StartupError(str(exc)) from exc
+    except (httpx.HTTPError, ValueError) as exc:  # the upstream answered, but not with a usable tool list
+        await upstream.stop()
+        raise StartupError(f"cannot load the tool list from {upstream.url}/openapi.json: {exc}") from exc
     except asyncio.CancelledError:
-        await bridge.upstream.stop()
+        booting.cancel()
+        await upstream.stop()
         raise StartupError("interrupted while starting the upstream") from None
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -73,9 +73,9 @@ def strip_bridge_cookie(cookie_header: str | None) -> str:
 
 
 class Bridge:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
         self.settings = settings
-        self.upstream = Upstream(settings)
+        self.upstream = upstream or Upstream(settings)
         self.sessions = SessionRegistry(
             settings.session_ttl_s, settings.max_sessions, settings.max_calls_logged
         )
@@ -99,8 +99,9 @@ class Bridge:
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def start(self) -> None:
-        """Start or reach the upstream, then load its tools. Raises UpstreamStartError."""
-        await self.upstream.start()
+        """Start or reach the upstream (unless already up), then load its tools. Raises UpstreamStartError."""
+        if not self.upstream.ready:
+            await self.upstream.start()
         await self.load_tools()
         self.signer = TokenSigner(self.keys, issuer=self.advertise_url, audience=self.upstream.server_name)
 

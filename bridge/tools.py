@@ -34,7 +34,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _INTERNED_LIMIT = 1024
 
 
-class ToolDiscoveryError(Exception):
+class ToolDiscoveryError(ValueError):
     pass
 
 
