@@ -191,3 +191,35 @@ async def test_workplace_assistant_catch_all_tools_come_from_the_row(spawn_bridg
     assert unknown.is_error and "not in this session's allow-list" in unknown.content[0].text  # type: ignore[union-attr]
     async with mcp_client(seed["mcp"]["url"]) as anonymous:  # no row: the catch-all has no OpenAPI tools
         assert (await anonymous.list_tools()).tools == []
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_metrics_count_calls_refusals_and_sessions(counter_bridge: BridgeProcess) -> None:
+    before = httpx.get(f"{counter_bridge.url}/metrics").text
+    seed = counter_bridge.seed(counter_row(0))
+    async with mcp_client(seed["mcp"]["url"], seed["mcp"]["headers"][HEADER]) as client:
+        await client.call_tool("increment_counter", {"count": 1})
+        await client.call_tool("increment_counter", {"count": 1})
+    async with mcp_client(seed["mcp"]["url"]) as anonymous:
+        await anonymous.call_tool("increment_counter", {"count": 1})
+    after = httpx.get(f"{counter_bridge.url}/metrics")
+    assert after.headers["content-type"].startswith("text/plain")
+    calls = {"tool": "increment_counter", "transport": "mcp", "outcome": "ok"}
+    assert (
+        metric(after.text, "gym_mcp_bridge_tool_calls_total", **calls)
+        - metric(before, "gym_mcp_bridge_tool_calls_total", **calls)
+        == 2
+    )
+    assert (
+        metric(after.text, "gym_mcp_bridge_rejections_total", reason="missing")
+        - metric(before, "gym_mcp_bridge_rejections_total", reason="missing")
+        == 1
+    )
+    assert metric(after.text, "gym_mcp_bridge_sessions_created_total") >= 1
+    assert "gym_mcp_bridge_tool_call_seconds_bucket" in after.text
