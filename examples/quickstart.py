@@ -37,7 +37,12 @@ ROW = {
             },
             {
                 "name": "get_counter_value",
-                "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+                "parameters": {
+                    "type": "object",
+                    "properties": {},
+                    "required": [],
+                    "additionalProperties": False,
+                },
                 "strict": True,
                 "type": "function",
                 "description": "",
@@ -67,12 +72,16 @@ async def main(bridge_url: str) -> float:
             value = await client.call_tool("get_counter_value", {})
             print(f"get_counter_value() -> {value.content[0].text}")  # type: ignore[union-attr]
         verdict = (
-            await http.post(
-                "/verify",
-                json={"trajectory": {"format": "recorded", "final_text": "The count is 6."}},
-                headers=mcp["headers"],
+            (
+                await http.post(
+                    "/verify",
+                    json={"trajectory": {"format": "recorded", "final_text": "The count is 6."}},
+                    headers=mcp["headers"],
+                )
             )
-        ).raise_for_status().json()
+            .raise_for_status()
+            .json()
+        )
     print(f"bridge report: {json.dumps(verdict['_bridge'])}")
     print(f"reward: {verdict['reward']}")
     return float(verdict["reward"])
