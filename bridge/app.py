@@ -10,22 +10,195 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
 
+import orjson
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.core import Bridge
 from bridge.health import Health
 from bridge.mcp_endpoint import McpEndpoint
-from bridge.responses import error
+from bridge.responses import error, json_too_deep_async
 from bridge.rest import RestSurface
+from bridge.settings import Settings
 
 log = logging.getLogger("gym_mcp_bridge")
+
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes send the pod IP as Host
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def rebinding_protection(
+    settings: Settings, bound_host: str, advertise_url: str
+) -> TransportSecuritySettings:
+    """DNS-rebinding protection (Host/Origin allow-lists) as the MCP SDK's settings.
+
+    Explicit ``allowed_hosts`` win ('*' turns the check off); by default it is on, with loopback
+    names and the advertised host, when the bridge is bound to a loopback address (the case of a
+    developer machine running a browser), and off otherwise."""
+    hosts = settings.allowed_hosts
+    if hosts is None:
+        if not _is_loopback(bound_host):
+            return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        names = {"127.0.0.1", "localhost", "[::1]", f"[{bound_host}]" if ":" in bound_host else bound_host}
+        advertised = urlsplit(advertise_url)
+        if advertised.hostname:
+            names.add(f"[{advertised.hostname}]" if ":" in advertised.hostname else advertised.hostname)
+        hosts = sorted({*names, *(f"{n}:*" for n in names), advertised.netloc} - {""})
+    if "*" in hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    origins = settings.allowed_origins
+    if origins is None:
+        origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=list(hosts), allowed_origins=list(origins)
+    )
+
+
+def _allowed(value: str, allowed: list[str]) -> bool:
+    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
+
+
+class Guard:
+    """Request limits and Host/Origin checks, before any route runs (pure ASGI).
+
+    Every request: total header size (431). REST routes: Host/Origin against the rebinding
+    allow-lists (``/mcp`` gets the same check from the MCP SDK; probes are exempt). ``POST /mcp``:
+    body size (413), JSON depth (400) and tool-call argument size (413), each answered as a
+    JSON-RPC error; the REST surface checks the same limits as it reads its body."""
+
+    def __init__(self, app: ASGIApp, bridge: Bridge, security: TransportSecuritySettings) -> None:
+        self.app = app
+        self.bridge = bridge
+        self.settings = bridge.settings
+        self.security = security
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        settings = self.settings
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        size = sum(len(k) + len(v) + 4 for k, v in headers)
+        path: str = scope["path"]
+        mcp = path == "/mcp"
+        if size > settings.max_header_bytes:
+            reason = f"request headers too large ({size} bytes, limit {settings.max_header_bytes}; max_header_bytes)"
+            await self._refuse(scope, receive, send, 431, reason, "header_size", mcp)
+            return
+        if self.security.enable_dns_rebinding_protection and not mcp and path not in PROBE_PATHS:
+            found = dict(headers)
+            host = found.get(b"host", b"").decode("latin-1")
+            origin = found.get(b"origin", b"").decode("latin-1")
+            if not _allowed(host, self.security.allowed_hosts):
+                await self._refuse(
+                    scope, receive, send, 421, f"Host {host!r} not allowed (allowed_hosts)", "host", False
+                )
+                return
+            if origin and not _allowed(origin, self.security.allowed_origins):
+                await self._refuse(
+                    scope,
+                    receive,
+                    send,
+                    403,
+                    f"Origin {origin!r} not allowed (allowed_origins)",
+                    "origin",
+                    False,
+                )
+                return
+        if mcp and scope["method"] == "POST":
+            await self._mcp_post(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _mcp_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        settings = self.settings
+        chunks: list[bytes] = []
+        size = 0
+        pending: deque[Message] = deque()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                pending.append(message)
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > settings.max_body_bytes:
+                reason = f"request body too large (over {settings.max_body_bytes} bytes; max_body_bytes)"
+                await self._refuse(scope, receive, send, 413, reason, "body_size", True)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if await json_too_deep_async(body, settings.max_json_depth):
+            reason = f"JSON body nested too deeply (limit {settings.max_json_depth} levels; max_json_depth)"
+            await self._refuse(scope, receive, send, 400, reason, "json_depth", True)
+            return
+        if size > settings.max_argument_bytes:
+            arguments = _call_arguments(body)
+            if arguments is not None and len(arguments) > settings.max_argument_bytes:
+                reason = (
+                    f"tool arguments too large ({len(arguments)} bytes, limit "
+                    f"{settings.max_argument_bytes}; max_argument_bytes)"
+                )
+                await self._refuse(scope, receive, send, 413, reason, "argument_size", True)
+                return
+        pending.appendleft({"type": "http.request", "body": body, "more_body": False})
+
+        async def replay() -> Message:
+            return pending.popleft() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, status: int, reason: str, kind: str, jsonrpc: bool
+    ) -> None:
+        self.bridge.metrics.rejections.labels(kind).inc()
+        if jsonrpc:
+            payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": reason}}
+            response: Response = Response(
+                orjson.dumps(payload), status_code=status, media_type="application/json"
+            )
+        else:
+            response = error(status, reason)
+        await response(scope, receive, send)
+
+
+def _call_arguments(body: bytes) -> bytes | None:
+    """The serialized ``arguments`` of a JSON-RPC ``tools/call`` (or of any in a batch), else None."""
+    try:
+        value: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    largest: bytes | None = None
+    for message in value if isinstance(value, list) else [value]:
+        params = message.get("params") if isinstance(message, dict) else None
+        if isinstance(params, dict) and message.get("method") == "tools/call":
+            try:
+                encoded = orjson.dumps(params.get("arguments"))
+            except orjson.JSONEncodeError:
+                continue
+            if largest is None or len(encoded) > len(largest):
+                largest = encoded
+    return largest
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -42,8 +215,9 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error(500, f"internal error ({type(exc).__name__}); see the bridge log")
 
 
-def create_app(bridge: Bridge) -> Starlette:
-    mcp = McpEndpoint(bridge)
+def create_app(bridge: Bridge) -> ASGIApp:
+    security = rebinding_protection(bridge.settings, str(bridge.bound[0]), bridge.advertise_url)
+    mcp = McpEndpoint(bridge, security=security)
     mcp.server.name = bridge.upstream.server_name
     health = Health(bridge)
 
@@ -70,8 +244,9 @@ def create_app(bridge: Bridge) -> Starlette:
         Route("/mcp", mcp.app),
         *RestSurface(bridge).routes(),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
+    return Guard(app, bridge, security)

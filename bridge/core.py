@@ -54,6 +54,7 @@ class ToolOutcome:
     is_error: bool
     set_cookies: list[str]
     message: str  # what a model reads: the upstream's text, or why the call failed
+    value: Any = None  # the upstream's JSON answer, when it is JSON
 
 
 def cookie_pair(set_cookie: str) -> str:
@@ -224,15 +225,24 @@ class Bridge:
         try:
             response = await self.upstream.post(f"/{name}", body, _json_headers(session.cookie))
             text = response.text
+            content_type = response.headers.get("content-type", "application/json")
+            value, message, failed = None, text, not response.is_success
+            if failed:
+                message = f"upstream answered HTTP {response.status_code}: {text}"
+            elif "json" in content_type and response.content:
+                try:
+                    value = orjson.loads(response.content)
+                except orjson.JSONDecodeError:
+                    failed = True
+                    message = f"upstream answered HTTP {response.status_code} with invalid JSON: {text}"
             outcome = ToolOutcome(
                 status=response.status_code,
                 body=response.content,
-                content_type=response.headers.get("content-type", "application/json"),
-                is_error=not response.is_success,
+                content_type=content_type,
+                is_error=failed,
                 set_cookies=response.headers.get_list("set-cookie"),
-                message=text
-                if response.is_success
-                else f"upstream answered HTTP {response.status_code}: {text}",
+                message=message,
+                value=value,
             )
             if outcome.set_cookies:
                 session.cookie = "; ".join(cookie_pair(c) for c in outcome.set_cookies)

@@ -110,13 +110,7 @@ class McpEndpoint:
             return error_result(exc.reason)
         if outcome.is_error:
             return error_result(outcome.message)
-        structured = None
-        if outcome.body[:1] == b"{":
-            try:
-                value = orjson.loads(outcome.body)
-                structured = value if isinstance(value, dict) else None
-            except orjson.JSONDecodeError:
-                pass
+        structured = outcome.value if isinstance(outcome.value, dict) else None
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.message)], structured_content=structured
         )

@@ -7,8 +7,10 @@ upstream's answer unchanged (status, body, content type, Set-Cookie).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import anyio.to_thread
 import httpx
 import orjson
 from starlette.requests import Request
@@ -26,7 +28,38 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
 
 
-async def read_object(request: Request, limit: int) -> tuple[bytes, dict[str, Any]]:
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_SCAN_INLINE_BYTES = 256 * 1024
+
+
+def json_too_deep(body: bytes, limit: int) -> bool:
+    """Whether the JSON text nests arrays/objects deeper than ``limit`` (strings are skipped).
+
+    Cheap on ordinary bodies: with no more brackets than ``limit`` it cannot be too deep."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for byte in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET):
+        if byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+async def json_too_deep_async(body: bytes, limit: int) -> bool:
+    """``json_too_deep``, off the event loop for large bodies (the scan is linear in Python)."""
+    if len(body) < _SCAN_INLINE_BYTES or body.count(b"[") + body.count(b"{") <= limit:
+        return json_too_deep(body, limit)
+    return await anyio.to_thread.run_sync(json_too_deep, body, limit)
+
+
+async def read_object(
+    request: Request, limit: int, max_depth: int | None = None
+) -> tuple[bytes, dict[str, Any]]:
     """The body as bytes and as a JSON object; Rejected with 400/413 otherwise."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -41,6 +74,10 @@ async def read_object(request: Request, limit: int) -> tuple[bytes, dict[str, An
     body = b"".join(chunks)
     if not body.strip():
         return b"{}", {}
+    if max_depth is not None and await json_too_deep_async(body, max_depth):
+        raise Rejected(
+            f"JSON body nested too deeply (limit {max_depth} levels; max_json_depth)", 400, "json_depth"
+        )
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -59,7 +59,8 @@ class RestSurface:
         reason = self.bridge.not_ready_reason()
         if reason is not None:
             raise Rejected(f"bridge not ready: {reason.splitlines()[0]}", 503, "not_ready", retry_after=2)
-        return await read_object(request, self.bridge.settings.max_body_bytes)
+        settings = self.bridge.settings
+        return await read_object(request, settings.max_body_bytes, settings.max_json_depth)
 
     async def _run(self, request: Request, handler: Any) -> Response:
         try:
@@ -111,6 +112,13 @@ class RestSurface:
 
     async def _tool(self, request: Request, body: bytes, arguments: dict[str, Any]) -> Response:
         name = request.path_params["tool"]
+        limit = self.bridge.settings.max_argument_bytes
+        if len(body) > limit:
+            raise Rejected(
+                f"tool arguments too large ({len(body)} bytes, limit {limit}; max_argument_bytes)",
+                413,
+                "argument_size",
+            )
         toolsets = self.bridge.toolsets
         assert toolsets is not None
         session = session_of(self.bridge, request, name)

@@ -79,7 +79,7 @@ class TokenSigner:
             raise TokenError(f"session token too large ({len(token)} bytes, limit {MAX_TOKEN_BYTES})")
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.DecodeError as exc:
+        except jwt.InvalidTokenError as exc:  # DecodeError, and a header PyJWT refuses (e.g. a bad kid)
             raise TokenError("session token is malformed (not a JWT)") from exc
         if header.get("alg") != "HS256":
             raise TokenError(f"session token algorithm {header.get('alg')!r} is not accepted (HS256 only)")

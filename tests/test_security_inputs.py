@@ -1,0 +1,412 @@
+"""Hostile input and security defaults: limits, fuzzing, API key, DNS rebinding, bind warnings.
+
+Fuzzing uses hypothesis against a live bridge (external mode in front of the fault fixture
+server): JSON-RPC messages and raw bodies at ``/mcp``, JSON and raw bodies at every REST route.
+Every case must answer below 500, without a traceback, within 10 s. The bridge publishes no
+OpenAPI document of its own (its REST surface is Gym's, forwarded), so schemathesis has nothing
+to run against; hypothesis covers that surface instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.rest import RestSurface
+from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.helpers import (
+    API_KEY,
+    MCP_HEADERS,
+    bridge_log_problems,
+    external_bridge,
+    mcp_post,
+    openapi_row,
+    rpc_call,
+    seed,
+    shared_fault_bridge,
+    text_of,
+    upstream_posts,
+    upstream_url,
+)
+
+pytestmark = pytest.mark.anyio
+FUZZ_CASES = 250  # per target; five targets
+
+
+@pytest.fixture(scope="module")
+def upstream(log_dir: Path) -> str:
+    return upstream_url(shared_fault_bridge(log_dir))
+
+
+@pytest.fixture(scope="module")
+def limited(log_dir: Path, upstream: str) -> Iterator[BridgeProcess]:
+    bridge = external_bridge(
+        log_dir,
+        upstream,
+        "--max-body-bytes", "65536",
+        "--max-header-bytes", "4096",
+        "--max-json-depth", "16",
+        "--max-argument-bytes", "2048",
+    )  # fmt: skip
+    yield bridge
+    bridge.stop()
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": [value]}
+    return value
+
+
+def test_each_limit_is_a_clear_4xx_and_never_reaches_the_upstream(
+    limited: BridgeProcess, upstream: str
+) -> None:
+    token = seed(limited, openapi_row(0))
+    before = upstream_posts(upstream)
+    url = limited.url
+    cases: list[tuple[str, httpx.Response, int, str]] = [
+        (
+            "REST body size",
+            httpx.post(f"{url}/seed_session", content=b"{" + b" " * 70000 + b"}", timeout=10),
+            413,
+            "request body too large",
+        ),
+        (
+            "MCP body size",
+            mcp_post(limited, rpc_call("increment_counter", {"count": 1, "pad": "x" * 70000}), token),
+            413,
+            "request body too large",
+        ),
+        (
+            "header size",
+            httpx.post(f"{url}/seed_session", json={}, headers={"x-pad": "x" * 5000}, timeout=10),
+            431,
+            "request headers too large",
+        ),
+        (
+            "MCP header size",
+            mcp_post(limited, rpc_call("increment_counter", {"count": 1}), token, **{"x-pad": "x" * 5000}),
+            431,
+            "request headers too large",
+        ),
+        (
+            "REST JSON depth",
+            httpx.post(f"{url}/verify", json=_deep(20), headers={HEADER: token}, timeout=10),
+            400,
+            "nested too deeply",
+        ),
+        (
+            "MCP JSON depth",
+            mcp_post(limited, rpc_call("increment_counter", {"count": _deep(20)}), token),
+            400,
+            "nested too deeply",
+        ),
+        (
+            "REST argument size",
+            httpx.post(
+                f"{url}/increment_counter", json={"count": 1, "pad": "x" * 3000}, headers={HEADER: token}
+            ),
+            413,
+            "tool arguments too large",
+        ),
+        (
+            "MCP argument size",
+            mcp_post(limited, rpc_call("increment_counter", {"count": 1, "pad": "x" * 3000}), token),
+            413,
+            "tool arguments too large",
+        ),
+    ]
+    for name, response, status, reason in cases:
+        assert response.status_code == status, (name, response.status_code, response.text)
+        text = response.text
+        assert reason in text and "Traceback" not in text, (name, text)
+        assert len(text.splitlines()) == 1, (name, text)
+    assert upstream_posts(upstream) == before, "a request over a limit reached the upstream"
+    # just under every limit is served
+    ok = mcp_post(limited, rpc_call("increment_counter", {"count": 1, "pad": "x" * 1500}), token)
+    assert ok.status_code == 200 and not ok.json()["result"].get("isError"), ok.text
+    assert mcp_post(limited, rpc_call("get_counter_value", {}), token).json()["result"][
+        "structuredContent"
+    ] == {"count": 1}
+
+
+# -- fuzzing ----------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+METHODS = [
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "prompts/list",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+]
+TOOLS = [
+    "increment_counter",
+    "get_counter_value",
+    "fail_500",
+    "invalid_json",
+    "no_such_tool",
+    "",
+    "seed_session",
+]
+jsonrpc_messages = st.fixed_dictionaries(
+    {"method": st.sampled_from(METHODS) | st.text(max_size=15)},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0"]) | json_values,
+        "id": st.integers() | st.text(max_size=8) | st.none() | json_values,
+        "params": st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.sampled_from(TOOLS) | json_values,
+                "arguments": st.dictionaries(st.sampled_from(["count", "seconds", "x"]), json_values)
+                | json_values,
+                "protocolVersion": st.sampled_from(["2025-11-25", "2024-11-05", "1999-01-01"]) | json_values,
+                "_meta": json_values,
+                "cursor": json_values,
+            },
+        )
+        | json_values,
+    },
+)
+mcp_bodies = (
+    jsonrpc_messages.map(json.dumps)
+    | st.lists(jsonrpc_messages, max_size=3).map(json.dumps)
+    | json_values.map(json.dumps)
+).map(str.encode) | st.binary(max_size=300)
+rest_bodies = (
+    st.dictionaries(
+        st.sampled_from(
+            ["responses_create_params", "response", "trajectory", "initial_count", "expected_count", "count"]
+        )
+        | st.text(max_size=8),
+        json_values,
+        max_size=5,
+    ).map(json.dumps)
+    | json_values.map(json.dumps)
+).map(str.encode) | st.binary(max_size=300)
+REST_ROUTES = ["/seed_session", "/verify", "/close_session", "/aggregate_metrics", "/increment_counter", "/x"]
+HEADER_SETS = ["none", "token", "garbage token", "bearer"]
+
+
+class Fuzz:
+    def __init__(self, bridge: BridgeProcess, token: str) -> None:
+        self.bridge = bridge
+        self.token = token
+        self.http = httpx.Client(timeout=10)
+        self.cases = 0
+        self.statuses: dict[int, int] = {}
+
+    def send(self, path: str, body: bytes, headers: str, content_type: str | None) -> None:
+        sent = dict(MCP_HEADERS) if path == "/mcp" else {}
+        if content_type is not None:
+            sent["content-type"] = content_type
+        if headers == "token":
+            sent[HEADER] = self.token
+        elif headers == "garbage token":
+            sent[HEADER] = "eyJhbGciOiJIUzI1NiJ9.e30.x"
+        elif headers == "bearer":
+            sent["authorization"] = f"Bearer {self.token}"
+        began = time.monotonic()
+        response = self.http.post(f"{self.bridge.url}{path}", content=body, headers=sent)
+        elapsed = time.monotonic() - began
+        self.cases += 1
+        self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
+        assert response.status_code < 500, (path, body[:200], response.status_code, response.text[:300])
+        assert "Traceback" not in response.text, (path, body[:200], response.text[:300])
+        assert elapsed < 10, (path, body[:200], elapsed)
+
+
+@pytest.fixture(scope="module")
+def fuzz(log_dir: Path, upstream: str) -> Iterator[Fuzz]:
+    bridge = external_bridge(log_dir, upstream, "--tool-timeout-s", "3")
+    target = Fuzz(bridge, seed(bridge, openapi_row(0)))
+    yield target
+    target.http.close()
+    assert bridge_log_problems(bridge.log()) == []
+    bridge.stop()
+
+
+FUZZ_SETTINGS = settings(
+    max_examples=FUZZ_CASES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
+
+
+@FUZZ_SETTINGS
+@given(body=mcp_bodies, headers=st.sampled_from(HEADER_SETS))
+def test_fuzz_mcp_jsonrpc(fuzz: Fuzz, body: bytes, headers: str) -> None:
+    fuzz.send("/mcp", body, headers, "application/json")
+
+
+@FUZZ_SETTINGS
+@given(
+    body=mcp_bodies,
+    content_type=st.sampled_from(
+        ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=x"]
+    ),
+)
+def test_fuzz_mcp_content_types(fuzz: Fuzz, body: bytes, content_type: str) -> None:
+    fuzz.send("/mcp", body, "token", content_type)
+
+
+@FUZZ_SETTINGS
+@given(route=st.sampled_from(REST_ROUTES), body=rest_bodies, headers=st.sampled_from(HEADER_SETS))
+def test_fuzz_rest_surface(fuzz: Fuzz, route: str, body: bytes, headers: str) -> None:
+    fuzz.send(route, body, headers, "application/json")
+
+
+@FUZZ_SETTINGS
+@given(name=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=30))
+def test_fuzz_rest_tool_names(fuzz: Fuzz, name: str) -> None:
+    fuzz.send("/" + urllib.parse.quote(name, safe=""), b"{}", "token", "application/json")
+
+
+def test_fuzz_case_count(fuzz: Fuzz, capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs after the fuzz tests of this module: reports how many cases ran and what they got."""
+    assert fuzz.cases >= 3 * FUZZ_CASES
+    with capsys.disabled():
+        print(
+            f"\n[figures] fuzz: {fuzz.cases} cases, statuses {dict(sorted(fuzz.statuses.items()))}, 0 with 5xx"
+        )
+    assert fuzz.bridge.health()["status"] == "ok"
+
+
+# -- security defaults ------------------------------------------------------------------------
+
+
+def test_api_key_required_on_rest_constant_time_and_refusals_never_reach_upstream(
+    log_dir: Path, upstream: str
+) -> None:
+    bridge = external_bridge(log_dir, upstream, "--api-key", API_KEY)
+    try:
+        before = upstream_posts(upstream)
+        for headers in (
+            {},
+            {"authorization": "Bearer wrong"},
+            {"authorization": API_KEY},
+            {"authorization": f"bearer  {API_KEY}x"},
+        ):
+            for route in ("/seed_session", "/verify", "/increment_counter", "/aggregate_metrics"):
+                response = httpx.post(
+                    f"{bridge.url}{route}", json=counter_row(0), headers=headers, timeout=10
+                )
+                assert response.status_code == 401, (route, headers, response.text)
+                assert "API key" in response.json()["detail"]
+        assert upstream_posts(upstream) == before
+        good = httpx.post(
+            f"{bridge.url}/seed_session",
+            json=counter_row(0),
+            headers={"authorization": f"Bearer {API_KEY}"},
+            timeout=10,
+        )
+        assert good.status_code == 200
+        # probes stay open; /mcp is guarded by the session token, not the API key
+        assert httpx.get(f"{bridge.url}/healthz", timeout=5).status_code == 200
+        token = good.json()["mcp"]["headers"][HEADER]
+        served = mcp_post(bridge, rpc_call("increment_counter", {"count": 1}), token)
+        assert served.status_code == 200 and not served.json()["result"].get("isError")
+    finally:
+        bridge.stop()
+    # the comparison is hmac.compare_digest (constant time), not ==
+    assert "hmac.compare_digest" in inspect.getsource(RestSurface._guard)
+
+
+def test_non_loopback_bind_without_api_key_warns(log_dir: Path, upstream: str) -> None:
+    warning = "without an api_key"
+    open_bridge = BridgeProcess(args=["--upstream-url", upstream], host="0.0.0.0").start(log_dir, timeout=60)
+    keyed = BridgeProcess(args=["--upstream-url", upstream, "--api-key", API_KEY], host="0.0.0.0").start(
+        log_dir, timeout=60
+    )
+    loopback = external_bridge(log_dir, upstream)
+    try:
+        assert warning in open_bridge.log()
+        assert warning not in keyed.log()
+        assert warning not in loopback.log()
+    finally:
+        for bridge in (open_bridge, keyed, loopback):
+            bridge.stop()
+
+
+async def test_dns_rebinding_protection_on_by_default_on_loopback(log_dir: Path, upstream: str) -> None:
+    bridge = external_bridge(log_dir, upstream)
+    try:
+        token = seed(bridge, counter_row(0))
+        before = upstream_posts(upstream)
+        evil_host = {"host": "attacker.example"}
+        evil_origin = {"origin": "http://attacker.example"}
+        assert mcp_post(bridge, rpc_call("get_counter_value", {}), token, **evil_host).status_code == 421
+        assert mcp_post(bridge, rpc_call("get_counter_value", {}), token, **evil_origin).status_code == 403
+        rest_host = httpx.post(
+            f"{bridge.url}/seed_session", json=counter_row(0), headers=evil_host, timeout=10
+        )
+        assert rest_host.status_code == 421 and "allowed_hosts" in rest_host.json()["detail"]
+        rest_origin = httpx.post(
+            f"{bridge.url}/seed_session", json=counter_row(0), headers=evil_origin, timeout=10
+        )
+        assert rest_origin.status_code == 403 and "allowed_origins" in rest_origin.json()["detail"]
+        assert upstream_posts(upstream) == before
+        # same-origin browser pages and the usual loopback names are served; probes are exempt
+        local = {"origin": bridge.url, "host": f"localhost:{bridge.port}"}
+        assert mcp_post(bridge, rpc_call("get_counter_value", {}), token, **local).status_code == 200
+        assert httpx.get(f"{bridge.url}/healthz", headers=evil_host, timeout=5).status_code == 200
+    finally:
+        bridge.stop()
+
+
+async def test_dns_rebinding_allow_lists_are_configurable(log_dir: Path, upstream: str) -> None:
+    custom = external_bridge(
+        log_dir, upstream, "--allowed-hosts", "gym.internal:*", "--allowed-origins", "https://ui.example"
+    )
+    off = external_bridge(log_dir, upstream, "--allowed-hosts", "*")
+    try:
+        token = seed(custom, counter_row(0), host_header=f"gym.internal:{custom.port}")
+        ok = {"host": f"gym.internal:{custom.port}", "origin": "https://ui.example"}
+        assert mcp_post(custom, rpc_call("get_counter_value", {}), token, **ok).status_code == 200
+        assert (
+            mcp_post(custom, rpc_call("get_counter_value", {}), token).status_code == 421
+        )  # 127.0.0.1 not listed
+        anything = {"host": "anything.example", "origin": "http://elsewhere.example"}
+        other = seed(off, counter_row(0))
+        assert mcp_post(off, rpc_call("get_counter_value", {}), other, **anything).status_code == 200
+    finally:
+        custom.stop()
+        off.stop()
+
+
+async def test_mcp_requires_a_valid_token_for_every_tool_call(log_dir: Path) -> None:
+    bridge = shared_fault_bridge(log_dir)
+    async with mcp_client(f"{bridge.url}/mcp") as client:
+        for tool in ("increment_counter", "get_counter_value", "slow_tool", "fail_500"):
+            result = await client.call_tool(tool, {})
+            assert result.is_error and "missing session token" in text_of(result)
