@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,17 +70,7 @@ def main() -> int:
     sock = boot.bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     app = build_exposed_app(boot, cls, name, config, host, port)
-    boot.write_port_file(
-        args.port_file,
-        {
-            "host": host,
-            "port": port,
-            "server_name": name,
-            "class": f"{cls.__module__}:{cls.__name__}",
-            "gym_version": importlib.metadata.version("nemo-gym"),
-            "pid": os.getpid(),
-        },
-    )
+    boot.write_port_file(args.port_file, boot.boot_info(cls, name, host, port))
     print(f"gym07_boot: serving {name} with /mcp on {host}:{port}", file=sys.stderr, flush=True)
     config_ = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, timeout_graceful_shutdown=2)
     uvicorn.Server(config_).run(sockets=[sock])

@@ -147,6 +147,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def boot_info(cls: Any, name: str, host: str, port: int) -> dict[str, Any]:
+    """What the port file tells the bridge: where the server bound and what it is."""
+    return {
+        "host": host,
+        "port": port,
+        "server_name": name,
+        "class": f"{cls.__module__}:{cls.__name__}",
+        "gym_version": importlib.metadata.version("nemo-gym"),
+        "pid": os.getpid(),
+    }
+
+
 def write_port_file(path: Path, info: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info))
@@ -190,14 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     except BootError as exc:
         print(f"upstream_boot: {exc}", file=sys.stderr, flush=True)
         return 2
-    info = {
-        "host": host,
-        "port": port,
-        "server_name": name,
-        "class": f"{cls.__module__}:{cls.__name__}",
-        "gym_version": importlib.metadata.version("nemo-gym"),
-        "pid": os.getpid(),
-    }
+    info = boot_info(cls, name, host, port)
     if args.port_file:
         write_port_file(args.port_file, info)
     print(f"upstream_boot: serving {info['class']} as {name} on {host}:{port}", file=sys.stderr, flush=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, SECRET, BridgeProcess, counter_row, free_port, pid_alive
+from tests.conftest import GYM_SITE, ROOT, SECRET, BridgeProcess, counter_row, free_port, pid_alive
 
 
 def run_serve(
@@ -150,3 +150,33 @@ def test_external_mode_reports_the_upstream_and_its_loss(spawn_bridge, gym_upstr
         headers={"X-NeMo-Gym-Session-Token": seed["mcp"]["headers"]["X-NeMo-Gym-Session-Token"]},
     )
     assert failed.status_code == 502 and "upstream failed on /get_counter_value" in failed.json()["detail"]
+
+
+def counter_config() -> Path:
+    """The config YAML nemo-gym ships for the counter environment."""
+    assert GYM_SITE is not None
+    return (
+        GYM_SITE
+        / "resources_servers"
+        / "example_session_state_mgmt"
+        / "configs"
+        / "example_session_state_mgmt.yaml"
+    )
+
+
+def test_a_gym_config_yaml_and_instance_name_select_the_server(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+    instance = "example_session_state_mgmt_resources_server"
+    bridge: BridgeProcess = spawn_bridge(["--resources-server", f"{counter_config()}:{instance}"])
+    upstream = bridge.health()["upstream"]
+    assert upstream["server_name"] == instance
+    assert upstream["server_class"].endswith(":StatefulCounterResourcesServer")
+    assert bridge.seed(counter_row(11))["mcp"]["server_name"] == instance
+
+
+def test_an_unknown_config_instance_names_the_instances_there() -> None:
+    result = run_serve("--port", str(free_port()), "--resources-server", f"{counter_config()}:nope")
+    assert result.returncode == 2
+    assert (
+        "has no resources_servers instance named nope (instances: example_session_state_mgmt_resources_server"
+        in (result.stderr)
+    )
