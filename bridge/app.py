@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -28,21 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge.core import Bridge
 from bridge.health import Health
-from bridge.mcp_endpoint import McpEndpoint
+from bridge.mcp_endpoint import McpEndpoint, host_allowed
 from bridge.responses import error, json_too_deep_async
 from bridge.rest import RestSurface
-from bridge.settings import Settings
+from bridge.settings import Settings, is_loopback
 
 log = logging.getLogger("gym_mcp_bridge")
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes send the pod IP as Host
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def rebinding_protection(
@@ -55,7 +47,7 @@ def rebinding_protection(
     developer machine running a browser), and off otherwise."""
     hosts = settings.allowed_hosts
     if hosts is None:
-        if not _is_loopback(bound_host):
+        if not is_loopback(bound_host):
             return TransportSecuritySettings(enable_dns_rebinding_protection=False)
         names = {"127.0.0.1", "localhost", "[::1]", f"[{bound_host}]" if ":" in bound_host else bound_host}
         advertised = urlsplit(advertise_url)
@@ -70,10 +62,6 @@ def rebinding_protection(
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=list(hosts), allowed_origins=list(origins)
     )
-
-
-def _allowed(value: str, allowed: list[str]) -> bool:
-    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
 
 
 class Guard:
@@ -107,12 +95,12 @@ class Guard:
             found = dict(headers)
             host = found.get(b"host", b"").decode("latin-1")
             origin = found.get(b"origin", b"").decode("latin-1")
-            if not _allowed(host, self.security.allowed_hosts):
+            if not host_allowed(host, self.security.allowed_hosts):
                 await self._refuse(
                     scope, receive, send, 421, f"Host {host!r} not allowed (allowed_hosts)", "host", False
                 )
                 return
-            if origin and not _allowed(origin, self.security.allowed_origins):
+            if origin and not host_allowed(origin, self.security.allowed_origins):
                 await self._refuse(
                     scope,
                     receive,

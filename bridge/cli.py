@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import ipaddress
 import logging
 import signal
 import socket
@@ -25,7 +24,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from bridge import __version__
-from bridge.settings import ENV_PREFIX, Settings, describe_error
+from bridge.settings import ENV_PREFIX, Settings, describe_error, is_loopback
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -74,13 +73,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -105,7 +97,7 @@ async def serve(settings: Settings) -> None:
             "they die with it and no other replica accepts them (set --secret-file or %sSECRET)",
             ENV_PREFIX,
         )
-    if not _is_loopback(settings.host) and settings.api_key is None:
+    if not is_loopback(settings.host) and settings.api_key is None:
         log.warning(
             "listening on %s without an api_key: anyone who reaches this port can seed sessions and "
             "call /verify (set --api-key or %sAPI_KEY)",

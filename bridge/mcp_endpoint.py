@@ -212,10 +212,10 @@ class _FastPath:
         """The SDK's Host/Origin allow-list check (``TransportSecurityMiddleware``), without its logging:
         a refused request goes to the SDK, which refuses and logs it once."""
         host = headers.get(b"host", b"").decode("latin-1")
-        if not host or not _allowed(host, self.security.allowed_hosts):
+        if not host or not host_allowed(host, self.security.allowed_hosts):
             return False
         origin = headers.get(b"origin", b"").decode("latin-1")
-        return not origin or _allowed(origin, self.security.allowed_origins)
+        return not origin or host_allowed(origin, self.security.allowed_origins)
 
     async def _read(self, receive: Receive, headers: dict[bytes, bytes]) -> tuple[bytes | None, Receive]:
         """The whole body (None if over the limit or not a plain body) and a receive that replays it."""
@@ -371,10 +371,9 @@ def _accepts_json(accept: bytes) -> bool:
     return False
 
 
-def _allowed(value: str, allowed: list[str]) -> bool:
-    if value in allowed:
-        return True
-    return any(a.endswith(":*") and value.startswith(a[:-2] + ":") for a in allowed)
+def host_allowed(value: str, allowed: list[str]) -> bool:
+    """A Host or Origin against an allow-list whose ``name:*`` entries admit any port."""
+    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
 
 
 def _meta_valid(version: str, meta: Any) -> bool:

@@ -8,6 +8,7 @@ the ones given as keyword arguments). Invalid values are rejected when the objec
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets as _secrets
 from pathlib import Path
@@ -141,6 +142,14 @@ class Settings(BaseSettings):
         if self.gym_python is not None:
             return self.gym_python
         return PROJECT_ROOT / ".gym-env" / "bin" / "python"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address (``127.0.0.1``, ``[::1]``, ``localhost``) is reachable only locally."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def describe_error(error: ValidationError) -> str:
