@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 DEFAULT_MODEL = "gym-mcp-bridge"
-FORMATS = ("openai-chat", "anthropic", "recorded")
+FORMATS = ("openai-chat", "anthropic", "recorded", "codex-exec")
 _TRAJECTORY_KEYS = frozenset({"format", "messages", "final_text", "usage", "model"})
 
 # Gym's ResponsesConverter extracts paired <think> tags from chat content into a reasoning item.
@@ -75,7 +75,7 @@ class TrajectoryError(ValueError):
 def from_trajectory(trajectory: Mapping[str, Any], recorded: Sequence[ToolCallRecord]) -> dict[str, Any]:
     """Validate a ``/verify`` ``trajectory`` body and convert it to a Responses object.
 
-    ``trajectory`` is ``{"format": "openai-chat" | "anthropic" | "recorded", "messages": [...],
+    ``trajectory`` is ``{"format": "openai-chat" | "anthropic" | "recorded" | "codex-exec", "messages": [...],
     "final_text": str | None, "usage": {...} | None, "model": str | None}``. ``messages`` is
     required for the two transcript formats and ignored for ``recorded``, which is built from
     ``recorded`` (the session's log of served tool calls, in order).
@@ -107,7 +107,85 @@ def from_trajectory(trajectory: Mapping[str, Any], recorded: Sequence[ToolCallRe
     messages = trajectory["messages"]
     if fmt == "openai-chat":
         return from_openai_chat(messages, final_text, model, usage=usage)
+    if fmt == "codex-exec":
+        return from_codex_exec(messages, final_text, model, usage=usage)
     return from_anthropic(messages, final_text, model, usage=usage)
+
+
+def from_codex_exec(
+    events: list[dict[str, Any]],
+    final_text: str | None = None,
+    model: str = DEFAULT_MODEL,
+    *,
+    usage: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``codex exec --json`` events (one JSON object per line, in order) as a Responses object.
+
+    Completed items: ``agent_message`` → assistant message; ``reasoning`` → reasoning;
+    ``mcp_tool_call`` → ``function_call`` named as current Codex shows MCP tools to the model
+    (``namespace: "mcp__<server>"``, ``name: "<tool>"``) plus its output (the error text when the
+    call failed); ``command_execution`` → an ``exec_command`` call and its output. The last
+    ``turn.completed`` usage is used unless ``usage`` is given."""
+    if not isinstance(events, list):
+        raise TrajectoryError(f"codex-exec messages must be a list of events, got {_type_name(events)}")
+    output: list[dict[str, Any]] = []
+    for index, event in enumerate(events):
+        where = f"messages[{index}]"
+        if not isinstance(event, Mapping):
+            raise TrajectoryError(f"{where} must be an object, got {_type_name(event)}")
+        if (
+            event.get("type") == "turn.completed"
+            and isinstance(event.get("usage"), Mapping)
+            and usage is None
+        ):
+            turn = event["usage"]
+            usage = {
+                "input_tokens": turn.get("input_tokens", 0),
+                "output_tokens": turn.get("output_tokens", 0),
+                "input_tokens_details": {"cached_tokens": turn.get("cached_input_tokens", 0)},
+                "output_tokens_details": {"reasoning_tokens": turn.get("reasoning_output_tokens", 0)},
+            }
+        item = event.get("item")
+        if event.get("type") != "item.completed" or not isinstance(item, Mapping):
+            continue
+        kind = item.get("type")
+        if kind == "agent_message":
+            output.append(_message_item(str(item.get("text") or "")))
+        elif kind == "reasoning" and item.get("text"):
+            output.append(_reasoning_item([str(item["text"])]))
+        elif kind == "mcp_tool_call":
+            call_id = f"call_{item.get('id') or uuid.uuid4().hex}"
+            call = _function_call_item(
+                call_id,
+                _required_str(item, "tool", f"{where}.item"),
+                _arguments(item.get("arguments"), f"{where}.item.arguments"),
+            )
+            call["namespace"] = f"mcp__{_required_str(item, 'server', f'{where}.item')}"
+            output += [call, _function_call_output_item(call_id, _codex_result_text(item))]
+        elif kind == "command_execution":
+            call_id = f"call_{item.get('id') or uuid.uuid4().hex}"
+            command = json.dumps({"cmd": item.get("command") or ""})
+            output += [
+                _function_call_item(call_id, "exec_command", command),
+                _function_call_output_item(call_id, str(item.get("aggregated_output") or "")),
+            ]
+    _append_final_text(output, final_text)
+    return _response(output, model, usage, "codex-exec")
+
+
+def _codex_result_text(item: Mapping[str, Any]) -> str:
+    error = item.get("error")
+    if error:
+        return f"error: {error.get('message') if isinstance(error, Mapping) else error}"
+    result = item.get("result")
+    if isinstance(result, Mapping):
+        texts = [
+            c.get("text", "")
+            for c in result.get("content") or []
+            if isinstance(c, Mapping) and c.get("type") == "text"
+        ]
+        return "".join(texts) if texts else json.dumps(result.get("structured_content"))
+    return "" if result is None else str(result)
 
 
 def from_openai_chat(

@@ -761,3 +761,66 @@ def test_malformed_argument_strings_are_kept_as_emitted_for_the_scorer(raw: str)
     """Gym records a model's malformed arguments and scores them; refusing would drop the rollout."""
     response = from_trajectory({"format": "openai-chat", "messages": _chat_call(raw)}, [])
     assert [item["arguments"] for item in function_calls(response)] == [raw]
+
+
+CODEX_EVENTS: list[dict[str, Any]] = [
+    {"type": "thread.started", "thread_id": "t1"},
+    {"type": "turn.started"},
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_0",
+            "type": "mcp_tool_call",
+            "server": "counter",
+            "tool": "increment_counter",
+            "arguments": {"count": 2},
+            "result": {"content": [{"type": "text", "text": '{"success":true}'}], "structured_content": None},
+            "status": "completed",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_1",
+            "type": "mcp_tool_call",
+            "server": "counter",
+            "tool": "get_counter_value",
+            "arguments": {},
+            "error": {"message": "session lost"},
+            "status": "failed",
+        },
+    },
+    {"type": "item.completed", "item": {"id": "item_2", "type": "agent_message", "text": "The count is 5."}},
+    {
+        "type": "turn.completed",
+        "usage": {
+            "input_tokens": 900,
+            "cached_input_tokens": 100,
+            "output_tokens": 40,
+            "reasoning_output_tokens": 7,
+        },
+    },
+]
+
+
+def test_codex_exec_events_become_namespaced_calls_outputs_message_and_usage() -> None:
+    response = from_trajectory({"format": "codex-exec", "messages": CODEX_EVENTS}, [])
+    calls = function_calls(response)
+    assert [(c["namespace"], c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("mcp__counter", "increment_counter", {"count": 2}),
+        ("mcp__counter", "get_counter_value", {}),
+    ]
+    outputs = [i for i in response["output"] if i["type"] == "function_call_output"]
+    assert [(o["call_id"], o["output"]) for o in outputs] == [
+        ("call_item_0", '{"success":true}'),
+        ("call_item_1", "error: session lost"),
+    ]
+    assert [c["call_id"] for c in calls] == ["call_item_0", "call_item_1"]
+    assert response["output"][-1]["content"][0]["text"] == "The count is 5."
+    assert response["usage"]["input_tokens"] == 900 and response["usage"]["output_tokens"] == 40
+    assert response["usage"]["input_tokens_details"]["cached_tokens"] == 100
+
+
+def test_codex_exec_needs_a_list_of_events() -> None:
+    with pytest.raises(TrajectoryError, match="codex-exec messages must be a list of events"):
+        from_trajectory({"format": "codex-exec", "messages": {"type": "turn.started"}}, [])

@@ -16,7 +16,8 @@ Steps (each a function below, so other code can reuse them):
    ``style="flat"``).
 5. ``verify``: ``POST <bridge>/verify`` with the session header, once with
    ``trajectory: {"format": "recorded"}`` (the bridge's own log of the calls it served) and once
-   with the converted ``response``; the bridge maps Codex's names back to the environment's.
+   with Codex's own events as ``trajectory: {"format": "codex-exec", "messages": events}`` (the
+   bridge converts them as in step 4); the bridge maps Codex's names back to the environment's.
 
 Only the standard library is used. Python >= 3.11.
 
@@ -37,12 +38,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
+
+from bridge.trajectory import from_codex_exec
 
 HEADER = "X-NeMo-Gym-Session-Token"
 PROVIDER_ID = "gym_provider"
@@ -83,10 +84,23 @@ def mcp_metadata(seed_answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def verify(
-    bridge_url: str, token: str, *, response: dict[str, Any] | None = None, recorded: bool = False
+    bridge_url: str,
+    token: str,
+    *,
+    response: dict[str, Any] | None = None,
+    recorded: bool = False,
+    events: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``/verify`` for the session; with no row fields the bridge uses the row it seeded."""
-    body: dict[str, Any] = {"trajectory": {"format": "recorded"}} if recorded else {"response": response}
+    """``/verify`` for the session; with no row fields the bridge uses the row it seeded. The
+    rollout is the bridge's own record (``recorded``), Codex's ``exec --json`` events (the bridge
+    converts them: trajectory format ``codex-exec``), or a Responses object."""
+    body: dict[str, Any]
+    if recorded:
+        body = {"trajectory": {"format": "recorded"}}
+    elif events is not None:
+        body = {"trajectory": {"format": "codex-exec", "messages": events}}
+    else:
+        body = {"response": response}
     answer = post_json(f"{bridge_url.rstrip('/')}/verify", body, {HEADER: token})
     return dict(answer)
 
@@ -245,114 +259,20 @@ def run_codex_exec(
 # -- exec --json -> Responses object ------------------------------------------------------------
 
 
-def _mcp_result_text(item: dict[str, Any]) -> str:
-    error = item.get("error")
-    if error:
-        return f"error: {error.get('message') if isinstance(error, dict) else error}"
-    result = item.get("result")
-    if isinstance(result, dict):
-        texts = [c.get("text", "") for c in result.get("content") or [] if c.get("type") == "text"]
-        return "".join(texts) if texts else json.dumps(result.get("structured_content"))
-    return "" if result is None else str(result)
-
-
 def exec_events_to_response(
     events: list[dict[str, Any]], *, style: str = "namespace", model: str = "codex"
 ) -> dict[str, Any]:
-    """``codex exec --json`` events -> a Responses object for Gym's ``/verify``.
+    """``codex exec --json`` events -> a Responses object (``bridge.trajectory.from_codex_exec``).
 
-    ``item.completed`` items, in order: ``agent_message`` -> assistant ``message``; ``reasoning`` ->
-    ``reasoning``; ``mcp_tool_call`` -> ``function_call`` (``call_id`` = the item id) and its
-    ``function_call_output``; ``command_execution`` -> ``exec_command`` call + output. The MCP call
-    is named as Codex showed it to the model: ``style="namespace"`` gives ``namespace:
-    "mcp__<server>"`` + ``name: "<tool>"`` (Codex >= 0.144 on the Responses wire);
-    ``style="flat"`` gives ``name: "mcp__<server>__<tool>"`` (older Codex, Claude Code). The
-    ``turn.completed`` usage becomes ``usage``.
-    """
-    output: list[dict[str, Any]] = []
-    usage: dict[str, Any] | None = None
-    for event in events:
-        if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
-            u = event["usage"]
-            usage = {
-                "input_tokens": int(u.get("input_tokens", 0)),
-                "input_tokens_details": {"cached_tokens": int(u.get("cached_input_tokens", 0))},
-                "output_tokens": int(u.get("output_tokens", 0)),
-                "output_tokens_details": {"reasoning_tokens": int(u.get("reasoning_output_tokens", 0))},
-                "total_tokens": int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)),
-            }
-        if event.get("type") != "item.completed" or not isinstance(event.get("item"), dict):
-            continue
-        item = event["item"]
-        kind = item.get("type")
-        item_id = str(item.get("id") or uuid.uuid4().hex)
-        if kind == "agent_message":
-            output.append(
-                {
-                    "id": f"msg_{item_id}",
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [{"type": "output_text", "text": item.get("text") or "", "annotations": []}],
-                }
-            )
-        elif kind == "reasoning" and item.get("text"):
-            output.append(
-                {
-                    "id": f"rs_{item_id}",
-                    "type": "reasoning",
-                    "summary": [{"type": "summary_text", "text": item["text"]}],
-                }
-            )
-        elif kind == "mcp_tool_call":
-            call_id = f"call_{item_id}"
-            call: dict[str, Any] = {
-                "id": f"fc_{item_id}",
-                "type": "function_call",
-                "call_id": call_id,
-                "arguments": json.dumps(item.get("arguments") or {}),
-                "status": "completed",
-            }
-            server, tool = str(item.get("server")), str(item.get("tool"))
-            if style == "flat":
-                call["name"] = f"mcp__{server}__{tool}"
-            else:
-                call["namespace"], call["name"] = f"mcp__{server}", tool
-            output.append(call)
-            output.append(
-                {"type": "function_call_output", "call_id": call_id, "output": _mcp_result_text(item)}
-            )
-        elif kind == "command_execution":
-            call_id = f"call_{item_id}"
-            output.append(
-                {
-                    "id": f"fc_{item_id}",
-                    "type": "function_call",
-                    "call_id": call_id,
-                    "name": "exec_command",
-                    "arguments": json.dumps({"cmd": item.get("command") or ""}),
-                    "status": "completed",
-                }
-            )
-            output.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": call_id,
-                    "output": item.get("aggregated_output") or "",
-                }
-            )
-    return {
-        "id": f"resp_{uuid.uuid4().hex}",
-        "object": "response",
-        "created_at": int(time.time()),
-        "model": model,
-        "status": "completed",
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": usage,
-    }
+    ``style="namespace"`` keeps MCP calls as current Codex shows them to the model (``namespace:
+    "mcp__<server>"`` + ``name: "<tool>"``); ``style="flat"`` joins them into
+    ``mcp__<server>__<tool>`` (older Codex, Claude Code)."""
+    response = from_codex_exec(events, model=model)
+    if style == "flat":
+        for item in response["output"]:
+            if item.get("type") == "function_call" and "namespace" in item:
+                item["name"] = f"{item.pop('namespace')}__{item['name']}"
+    return response
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -388,7 +308,7 @@ def rollout(
         "events": events,
         "response": response,
         "verify_recorded": verify(bridge_url, token, recorded=True),
-        "verify_exec_json": verify(bridge_url, token, response=response),
+        "verify_exec_json": verify(bridge_url, token, events=events),
     }
 
 
