@@ -158,6 +158,14 @@ def _wait_http(proc: Proc, url: str, timeout: float, poll: float = 0.01) -> floa
         time.sleep(poll)
 
 
+def _serving(proc: Proc, port_file: Path, timeout: float) -> None:
+    """Wait for a Gym boot script's port file, then for its /openapi.json; record URL and version."""
+    info = _wait_port_file(proc, port_file, timeout)
+    proc.url = f"http://{info['host']}:{info['port']}"
+    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
+    proc.extra["gym_version"] = info.get("gym_version")
+
+
 def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
     if not GYM_PYTHON.exists():
         raise BenchError(f"the Gym environment is missing ({GYM_PYTHON}); run 'make setup'")
@@ -179,11 +187,8 @@ def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
         ],
         workdir,
     )
-    info = _wait_port_file(proc, port_file, timeout)
-    proc.url = f"http://{info['host']}:{info['port']}"
-    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
+    _serving(proc, port_file, timeout)
     proc.extra["boot_s"] = time.monotonic() - started
-    proc.extra["gym_version"] = info.get("gym_version")
     return proc
 
 
@@ -221,10 +226,7 @@ def start_gym07(workdir: Path, timeout: float = 240) -> Proc:
         ],
         workdir,
     )
-    info = _wait_port_file(proc, port_file, timeout)
-    proc.url = f"http://{info['host']}:{info['port']}"
-    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
-    proc.extra["gym_version"] = info.get("gym_version")
+    _serving(proc, port_file, timeout)
     return proc
 
 

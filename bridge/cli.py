@@ -87,7 +87,7 @@ async def serve(settings: Settings) -> None:
     from bridge.upstream import Upstream, UpstreamStartError
 
     try:
-        _, generated_key = settings.signing_keys()
+        keys, generated_key = settings.signing_keys()
     except ValueError as exc:
         raise StartupError(f"cannot use the signing key: {exc}") from exc
     sock = bind(settings.host, settings.port)
@@ -117,7 +117,7 @@ async def serve(settings: Settings) -> None:
         from bridge.app import create_app
         from bridge.core import Bridge
 
-        bridge = Bridge(settings, upstream)
+        bridge = Bridge(settings, upstream, keys)
         bridge.bound = sock.getsockname()[:2]
         await booting
         await bridge.start()

@@ -74,7 +74,9 @@ def strip_bridge_cookie(cookie_header: str | None) -> str:
 
 
 class Bridge:
-    def __init__(self, settings: Settings, upstream: Upstream | None = None) -> None:
+    def __init__(
+        self, settings: Settings, upstream: Upstream | None = None, keys: list[str] | None = None
+    ) -> None:
         self.settings = settings
         self.upstream = upstream or Upstream(settings)
         self.sessions = SessionRegistry(
@@ -86,7 +88,7 @@ class Bridge:
         self.toolsets: ToolSets | None = None
         self.upstream_routes: frozenset[str] = frozenset()
         self.signer: TokenSigner | None = None
-        self.keys, self.generated_key = settings.signing_keys()
+        self.keys = keys if keys is not None else settings.signing_keys()[0]
 
     # -- startup --------------------------------------------------------------------------------
 

@@ -307,24 +307,25 @@ def replay(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def replay_json(*args: str, bridge: BridgeProcess, convention: str) -> list[dict[str, Any]]:
+    """``replay ... --native --json`` through ``bridge`` as ``convention``; it must exit 0."""
+    result = replay(*args, "--bridge-url", bridge.url, "--as", convention, "--native", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return list(json.loads(result.stdout)["results"])
+
+
 @pytest.mark.parametrize("convention", ["claude-code", "codex", "gemini", "agents-sdk"])
 def test_replay_multi_step_rollouts_reproduces_recorded_and_native_rewards(
     multi_step: BridgeProcess, convention: str
 ) -> None:
     data = DATA / "example_multi_step" / "data"
-    result = replay(
+    results = replay_json(
         str(data / "example_rollouts.jsonl"),
         "--rows",
         str(data / "example.jsonl"),
-        "--bridge-url",
-        multi_step.url,
-        "--as",
-        convention,
-        "--native",
-        "--json",
+        bridge=multi_step,
+        convention=convention,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    results = json.loads(result.stdout)["results"]
     assert [r["status"] for r in results] == ["match"] * 5
     assert all(r["recorded"] == r["native"] == r["bridge"] == 1.0 for r in results)
     assert all(r["normalized"] for r in results), "names were rendered and had to be normalized"
@@ -338,20 +339,8 @@ def test_replay_workplace_ground_truth_matches_native(
     workplace: BridgeProcess, convention: str, drop_last: bool, reward: float
 ) -> None:
     rows = DATA / "workplace_assistant" / "data" / "example.jsonl"
-    result = replay(
-        str(rows),
-        "--from",
-        "ground-truth",
-        *(["--drop-last"] if drop_last else []),
-        "--bridge-url",
-        workplace.url,
-        "--as",
-        convention,
-        "--native",
-        "--json",
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    results = json.loads(result.stdout)["results"]
+    drop = ["--drop-last"] if drop_last else []
+    results = replay_json(str(rows), "--from", "ground-truth", *drop, bridge=workplace, convention=convention)
     assert [(r["native"], r["bridge"]) for r in results] == [(reward, reward)] * 5
 
 
