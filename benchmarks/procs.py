@@ -192,26 +192,57 @@ def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
     return proc
 
 
-def start_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge", timeout: float = 240) -> Proc:
-    """``gym-mcp-bridge serve`` (external mode when ``upstream_url`` is given); ``extra['ready_s']`` is
-    the time from spawn to the first 200 from /readyz."""
+def spawn_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge") -> Proc:
+    """``gym-mcp-bridge serve`` (external mode when ``upstream_url`` is given), not waited for."""
     port = free_port()
     argv = [*BRIDGE, "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     if upstream_url:
         argv += ["--upstream-url", upstream_url]
-    started = time.monotonic()
     proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET})
     proc.url = f"http://127.0.0.1:{port}"
-    deadline = started + timeout
-    while http_status(f"{proc.url}/readyz", timeout=1.0) != 200:
-        if not proc.alive():
-            raise BenchError(f"{name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
-        if time.monotonic() > deadline:
-            proc.stop()
-            raise BenchError(f"{name} not ready within {timeout:g}s:\n{proc.log_tail()}")
-        time.sleep(0.005)
+    return proc
+
+
+def start_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge", timeout: float = 240) -> Proc:
+    """``spawn_bridge``, then wait; ``extra['ready_s']`` is the time from spawn to the first 200 from
+    /readyz."""
+    started = time.monotonic()
+    proc = spawn_bridge(workdir, upstream_url, name)
+    _wait_http(proc, f"{proc.url}/readyz", timeout, poll=0.005)
     proc.extra["ready_s"] = time.monotonic() - started
     return proc
+
+
+def start_together(workdir: Path, name: str, timeout: float = 240) -> tuple[float, float]:
+    """The upstream and the bridge (external mode) spawned at the same moment, as ``compose up`` and
+    the Kubernetes pod start them. Returns the seconds from spawn until the upstream first answers
+    /openapi.json and until the bridge's /readyz first answers 200."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [str(GYM_PYTHON), str(BOOT), "--server", SERVER, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--port-file", str(workdir / f"{name}.port.json")]
+    started = time.monotonic()
+    upstream = _spawn(f"{name}-upstream", argv, workdir)
+    bridge = spawn_bridge(workdir, url, f"{name}-bridge")
+    upstream_s: float | None = None
+    bridge_s: float | None = None
+    try:
+        while upstream_s is None or bridge_s is None:
+            for proc in (upstream, bridge):
+                if not proc.alive():
+                    raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+            now = time.monotonic() - started
+            if now > timeout:
+                raise BenchError(f"{name}: not ready within {timeout:g}s:\n{bridge.log_tail()}")
+            if upstream_s is None and http_status(f"{url}/openapi.json", timeout=0.5) == 200:
+                upstream_s = time.monotonic() - started
+            if bridge_s is None and http_status(f"{bridge.url}/readyz", timeout=0.5) == 200:
+                bridge_s = time.monotonic() - started
+            time.sleep(0.005)
+    finally:
+        bridge.stop()
+        upstream.stop()
+    return upstream_s, bridge_s
 
 
 def start_gym07(workdir: Path, timeout: float = 240) -> Proc:

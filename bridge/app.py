@@ -70,10 +70,15 @@ class Guard:
     Every request: total header size (431). REST routes: Host/Origin against the rebinding
     allow-lists (``/mcp`` gets the same check from the MCP SDK; probes are exempt). ``POST /mcp``:
     body size (413), JSON depth (400) and tool-call argument size (413), each answered as a
-    JSON-RPC error; the REST surface checks the same limits as it reads its body."""
+    JSON-RPC error; the REST surface checks the same limits as it reads its body. A ``POST /mcp``
+    that passes goes straight to the MCP endpoint (``mcp``), not through Starlette's routing and
+    middleware, which the one request a rollout sends thousands of times has no use for."""
 
-    def __init__(self, app: ASGIApp, bridge: Bridge, security: TransportSecuritySettings) -> None:
+    def __init__(
+        self, app: ASGIApp, mcp: ASGIApp, bridge: Bridge, security: TransportSecuritySettings
+    ) -> None:
         self.app = app
+        self.mcp = mcp
         self.bridge = bridge
         self.settings = bridge.settings
         self.security = security
@@ -154,20 +159,34 @@ class Guard:
         async def replay() -> Message:
             return pending.popleft() if pending else await receive()
 
-        await self.app(scope, replay, send)
+        try:
+            await self.mcp(scope, replay, send)
+        except Exception as exc:  # what Starlette's error middleware would do for any other route
+            log.exception("unhandled error on POST /mcp")
+            reason = f"internal error ({type(exc).__name__}); see the bridge log"
+            with contextlib.suppress(Exception):  # the response may have started already
+                await _answer_error(scope, receive, send, 500, reason, jsonrpc=True)
 
     async def _refuse(
         self, scope: Scope, receive: Receive, send: Send, status: int, reason: str, kind: str, jsonrpc: bool
     ) -> None:
         self.bridge.metrics.rejections.labels(kind).inc()
-        if jsonrpc:
-            payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": reason}}
-            response: Response = Response(
-                orjson.dumps(payload), status_code=status, media_type="application/json"
-            )
-        else:
-            response = error(status, reason)
-        await response(scope, receive, send)
+        await _answer_error(scope, receive, send, status, reason, jsonrpc)
+
+
+async def _answer_error(
+    scope: Scope, receive: Receive, send: Send, status: int, reason: str, jsonrpc: bool
+) -> None:
+    """A one-line refusal: a JSON-RPC error on ``/mcp``, else ``{"detail": reason}``."""
+    if jsonrpc:
+        code = -32603 if status >= 500 else -32600  # JSON-RPC internal error / invalid request
+        payload = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": reason}}
+        response: Response = Response(
+            orjson.dumps(payload), status_code=status, media_type="application/json"
+        )
+    else:
+        response = error(status, reason)
+    await response(scope, receive, send)
 
 
 def _call_arguments(body: bytes) -> bytes | None:
@@ -237,4 +256,4 @@ def create_app(bridge: Bridge) -> ASGIApp:
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
-    return Guard(app, bridge, security)
+    return Guard(app, mcp.app, bridge, security)

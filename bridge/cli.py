@@ -146,6 +146,7 @@ async def serve(settings: Settings) -> None:
         log_level="warning",
         access_log=False,
         http="httptools",
+        proxy_headers=False,  # nothing reads the client address; one ASGI layer less per request
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None,
         timeout_keep_alive=75,
         lifespan="on",

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-import uuid
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from typing import Any
 
-import httpx
 import orjson
 
 from bridge import tools as tools_mod
@@ -27,7 +26,7 @@ from bridge.sessions import Session, SessionCapReached, SessionError, SessionLos
 from bridge.settings import Settings
 from bridge.tokens import HEADER, TokenError, TokenSigner
 from bridge.tools import ToolSets
-from bridge.upstream import Upstream, UpstreamTimeout, UpstreamUnavailable
+from bridge.upstream import Upstream, UpstreamResponse, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -173,7 +172,7 @@ class Bridge:
 
     async def seed(
         self, body: bytes, row: dict[str, Any], cookie_header: str
-    ) -> tuple[httpx.Response, Session | None]:
+    ) -> tuple[UpstreamResponse, Session | None]:
         """Forward a seed; on success create the session. Returns the upstream response and session."""
         if self.toolsets is None or self.signer is None:
             raise Rejected(self.not_ready_reason() or "not ready", 503, "not_ready", retry_after=1)
@@ -189,7 +188,7 @@ class Bridge:
         response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
         if not response.is_success:
             return response, None
-        set_cookies = response.headers.get_list("set-cookie")
+        set_cookies = response.header_list("set-cookie")
         cookie = "; ".join(cookie_pair(c) for c in set_cookies) or cookie_header
         try:
             session = self.sessions.create(body, cookie, self.toolsets.for_row(row), generation)
@@ -227,14 +226,14 @@ class Bridge:
         try:
             response = await self.upstream.post(f"/{name}", body, _json_headers(session.cookie))
             text = response.text
-            content_type = response.headers.get("content-type", "application/json")
+            content_type = response.content_type or "application/json"
             value, message, failed = None, text, not response.is_success
             if failed:
                 message = f"upstream answered HTTP {response.status_code}: {text}"
             elif "json" in content_type and response.content:
                 try:
-                    value = orjson.loads(response.content)
-                except orjson.JSONDecodeError:
+                    value = response.json()
+                except ValueError:
                     failed = True
                     message = f"upstream answered HTTP {response.status_code} with invalid JSON: {text}"
             outcome = ToolOutcome(
@@ -242,7 +241,7 @@ class Bridge:
                 body=response.content,
                 content_type=content_type,
                 is_error=failed,
-                set_cookies=response.headers.get_list("set-cookie"),
+                set_cookies=response.header_list("set-cookie"),
                 message=message,
                 value=value,
             )
@@ -261,7 +260,7 @@ class Bridge:
         self.sessions.record(
             session,
             ToolCallRecord(
-                call_id=f"call_{uuid.uuid4().hex[:24]}",
+                call_id=f"call_{secrets.token_hex(12)}",
                 emitted_name=emitted or name,
                 canonical_name=name,
                 arguments=arguments,
@@ -271,13 +270,12 @@ class Bridge:
                 duration_s=elapsed,
             ),
         )
-        self.metrics.tool_calls.labels(name, transport, _outcome_label(outcome)).inc()
-        self.metrics.tool_latency.labels(transport).observe(elapsed)
+        self.metrics.tool_call(name, transport, _outcome_label(outcome), elapsed)
         return outcome
 
     async def forward(
         self, path: str, body: bytes, cookie_header: str, timeout: float | None = None
-    ) -> httpx.Response:
+    ) -> UpstreamResponse:
         return await self.upstream.post(path, body, _json_headers(cookie_header), timeout=timeout)
 
     async def sweep_forever(self, interval_s: float = 5.0) -> None:

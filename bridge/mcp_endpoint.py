@@ -16,8 +16,9 @@ notifications, batches, GET/DELETE, unknown protocol revisions, a duplicated or 
 header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, a Host/Origin the rebinding
 check refuses, an oversized or unparsable body. What the fast path does answer it answers exactly as
 the SDK would: the same handler (``_call``), the SDK's own result serialization for the negotiated
-revision (2026-07-28 adds ``resultType`` and the ``serverInfo`` ``_meta`` stamp), the same JSON-RPC
-envelope and status; ``tests/test_fastpath.py`` checks the two paths answer alike.
+revision (2026-07-28 adds ``resultType`` and the ``serverInfo`` ``_meta`` stamp; run once per result
+shape and reused as a template, see ``_Results``), the same JSON-RPC envelope, encoding and status;
+``tests/test_fastpath.py`` checks the two paths answer byte for byte alike.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 import orjson
+import pydantic_core
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -43,10 +46,6 @@ from bridge.tokens import HEADER, from_headers
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
 INVALID_SESSION = -32001  # JSON-RPC server-defined error: the session token was refused
-
-
-def error_result(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def _token(ctx: ServerRequestContext[Any]) -> str | None:
@@ -96,24 +95,37 @@ class McpEndpoint:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await self._call(_token(ctx), params.name, params.arguments)
+        reply = await self._call(_token(ctx), params.name, params.arguments)
+        return call_result(reply.text, reply.is_error, reply.structured)
 
-    async def _call(
-        self, token: str | None, name: str, arguments: Mapping[str, Any] | None
-    ) -> types.CallToolResult:
+    async def _call(self, token: str | None, name: str, arguments: Mapping[str, Any] | None) -> Reply:
         """``tools/call``, shared by the SDK handler and the fast path."""
         try:
             session = self.bridge.authorize(token, name)
             outcome = await self.bridge.call_tool(session, name, dict(arguments or {}), transport="mcp")
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
-            return error_result(exc.reason)
+            return Reply(exc.reason, True)
         if outcome.is_error:
-            return error_result(outcome.message)
+            return Reply(outcome.message, True)
         structured = outcome.value if isinstance(outcome.value, dict) else None
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=outcome.message)], structured_content=structured
-        )
+        return Reply(outcome.message, False, structured)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a ``tools/call`` answers: the text a model reads, whether it is an error, and the
+    upstream's JSON object (``structuredContent``) when it answered one."""
+
+    text: str
+    is_error: bool
+    structured: dict[str, Any] | None = None
+
+
+def call_result(text: str, is_error: bool, structured: dict[str, Any] | None = None) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
+    )
 
 
 # -- fast path ---------------------------------------------------------------------------------------
@@ -152,7 +164,7 @@ class _FastPath:
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
         self.endpoint = endpoint
-        self.serialize = serialize
+        self.results = _Results(serialize)
         self.security = endpoint.manager.security_settings or TransportSecuritySettings(
             enable_dns_rebinding_protection=False
         )
@@ -314,33 +326,15 @@ class _FastPath:
         name: str,
         arguments: dict[str, Any] | None,
     ) -> None:
-        from mcp_types import JSONRPCError, JSONRPCResponse
-
         endpoint = self.endpoint
         endpoint.fast_calls += 1
-        token = _token_from(headers)
         modern = version in self.modern_versions
-        message: JSONRPCResponse | JSONRPCError
-        try:
-            result = await endpoint._call(token, name, arguments)
-            message = JSONRPCResponse(
-                jsonrpc="2.0", id=request_id, result=self.serialize("tools/call", version, result)
-            )
-        except Exception as exc:
-            message = JSONRPCError(jsonrpc="2.0", id=request_id, error=_error_data(exc, modern))
         status = 200
-        if modern:
-            # The SDK's single-exchange writer (``_streamable_http_modern._write``).
-            from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
-
-            if isinstance(message, JSONRPCError):
-                status = ERROR_CODE_HTTP_STATUS.get(message.error.code, 200)
-            payload = json.dumps(
-                message.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")
-            ).encode()
-        else:
-            # The SDK's stateless JSON-response transport (``_create_json_response``).
-            payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        try:
+            reply = await endpoint._call(_token_from(headers), name, arguments)
+            payload = self.results.encode(version, modern, request_id, reply)
+        except Exception as exc:
+            payload, status = _error_answer(request_id, exc, modern)
         await send(
             {
                 "type": "http.response.start",
@@ -349,6 +343,87 @@ class _FastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+_TEXT_MARK = "\x00gym-mcp-bridge text\x00"
+_STRUCTURED_MARK: dict[str, Any] = {"\x00gym-mcp-bridge structured\x00": True}
+_MISSING: Any = object()
+
+
+class _Results:
+    """``tools/call`` results as the SDK puts them on the wire, without a pydantic round trip per call.
+
+    The SDK's result serializer (``ServerRunner._serialize``: surface validation for the revision,
+    ``resultType`` and the ``serverInfo`` stamp on 2026-07-28) runs once per (revision, isError,
+    structured or not) on a result holding markers; each call copies that template with its own
+    text and structured object in the markers' places. A template whose markers did not come back
+    exactly where expected is refused, and those calls go through the serializer itself. The
+    envelope is encoded as the SDK's transport does: pydantic-core's JSON on the handshake wire,
+    ``json.dumps`` on the 2026-07-28 wire."""
+
+    def __init__(self, serialize: Callable[[str, str, Any], dict[str, Any]]) -> None:
+        self.serialize = serialize
+        self.templates: dict[tuple[str, bool, bool], dict[str, Any] | None] = {}
+
+    def result(self, version: str, reply: Reply) -> dict[str, Any]:
+        key = (version, reply.is_error, reply.structured is not None)
+        template = self.templates.get(key, _MISSING)
+        if template is _MISSING:
+            template = self.templates[key] = self._template(*key)
+        if template is None:
+            return self.serialize(
+                "tools/call", version, call_result(reply.text, reply.is_error, reply.structured)
+            )
+        result = dict(template)
+        result["content"] = [{**template["content"][0], "text": reply.text}]
+        if reply.structured is not None:
+            result["structuredContent"] = reply.structured
+        return result
+
+    def encode(self, version: str, modern: bool, request_id: int | str, reply: Reply) -> bytes:
+        return _envelope_bytes(
+            {"jsonrpc": "2.0", "id": request_id, "result": self.result(version, reply)}, modern
+        )
+
+    def _template(self, version: str, is_error: bool, structured: bool) -> dict[str, Any] | None:
+        marked = call_result(_TEXT_MARK, is_error, _STRUCTURED_MARK if structured else None)
+        template = self.serialize("tools/call", version, marked)
+        content = template.get("content")
+        fits = (
+            isinstance(content, list)
+            and len(content) == 1
+            and content[0] == {"type": "text", "text": _TEXT_MARK}
+            and (template.get("structuredContent") == _STRUCTURED_MARK) is structured
+            and (structured or "structuredContent" not in template)
+            and _TEXT_MARK not in json.dumps({k: v for k, v in template.items() if k != "content"})
+        )
+        if not fits:
+            log.warning("tools/call results for %s go through the SDK serializer (unexpected shape)", version)
+            return None
+        return template
+
+
+def _error_answer(request_id: int | str, exc: Exception, modern: bool) -> tuple[bytes, int]:
+    """The body and status the SDK sends when the handler raises (rare: ``_call`` renders every
+    refusal and upstream failure as a result)."""
+    from mcp_types import JSONRPCError
+
+    message = JSONRPCError(jsonrpc="2.0", id=request_id, error=_error_data(exc, modern))
+    if not modern:
+        return message.model_dump_json(by_alias=True, exclude_unset=True).encode(), 200
+    from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+
+    dumped = message.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return _envelope_bytes(dumped, modern), ERROR_CODE_HTTP_STATUS.get(message.error.code, 200)
+
+
+def _envelope_bytes(message: dict[str, Any], modern: bool) -> bytes:
+    """A JSON-RPC message as the SDK's transports encode it: its modern single-exchange writer
+    (``_streamable_http_modern._write``) uses ``json.dumps``; its stateless JSON-response transport
+    (``_create_json_response``) pydantic's JSON, which pydantic-core's ``to_json`` is."""
+    if modern:
+        return json.dumps(message, separators=(",", ":")).encode()
+    return pydantic_core.to_json(message)
 
 
 def _token_from(headers: dict[bytes, bytes]) -> str | None:

@@ -5,6 +5,8 @@ The app records into ``Metrics`` as requests pass; ``GET /metrics`` renders ``re
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (
@@ -74,6 +76,19 @@ class Metrics:
         self.upstream_restarts = Gauge(
             "gym_mcp_bridge_upstream_restarts", "Upstream restarts since start", registry=r
         )
+
+        self._per_call: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def tool_call(self, tool: str, transport: str, outcome: str, seconds: float) -> None:
+        """Count one tool call and observe its latency (the labelled children are looked up once)."""
+        key = (tool, transport, outcome)
+        children = self._per_call.get(key)
+        if children is None:
+            children = (self.tool_calls.labels(*key), self.tool_latency.labels(transport))
+            if len(self._per_call) < 4096:  # tool names come from the upstream or the rows: bounded
+                self._per_call[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,12 +11,12 @@ import re
 from typing import Any
 
 import anyio.to_thread
-import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bridge.core import Rejected
+from bridge.upstream import UpstreamResponse
 
 
 def error(status: int, reason: str, retry_after: int | None = None) -> JSONResponse:
@@ -93,9 +93,7 @@ def add_cookies(response: Response, set_cookies: list[str]) -> Response:
     return response
 
 
-def upstream_response(response: httpx.Response) -> Response:
+def upstream_response(response: UpstreamResponse) -> Response:
     """The upstream's answer as-is: status, body, content type, Set-Cookie."""
-    out = Response(
-        response.content, status_code=response.status_code, media_type=response.headers.get("content-type")
-    )
-    return add_cookies(out, response.headers.get_list("set-cookie"))
+    out = Response(response.content, status_code=response.status_code, media_type=response.content_type)
+    return add_cookies(out, response.header_list("set-cookie"))

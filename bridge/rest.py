@@ -96,7 +96,7 @@ class RestSurface:
             payload["mcp"] = metadata
         out = add_cookies(
             Response(orjson.dumps(payload), status_code=response.status_code, media_type="application/json"),
-            response.headers.get_list("set-cookie"),
+            response.header_list("set-cookie"),
         )
         out.set_cookie(
             BRIDGE_COOKIE,

@@ -12,16 +12,20 @@ path answered.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mcp_types import JSONRPCResponse
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bridge.core import Bridge
-from bridge.mcp_endpoint import McpEndpoint
+from bridge.mcp_endpoint import McpEndpoint, Reply, call_result
 from bridge.settings import Settings
 from tests.conftest import HEADER, SECRET, counter_row
 
@@ -78,7 +82,7 @@ def _with(headers: dict[str, str], token: str | None) -> dict[str, str]:
 def same(fast: httpx.Response, sdk: httpx.Response) -> None:
     assert fast.status_code == sdk.status_code, (fast.text, sdk.text)
     assert fast.headers.get("content-type") == sdk.headers.get("content-type")
-    assert fast.json() == sdk.json(), (fast.text, sdk.text)
+    assert fast.content == sdk.content, (fast.text, sdk.text)  # byte for byte
 
 
 @pytest.fixture
@@ -232,3 +236,45 @@ async def test_everything_else_goes_to_the_sdk(harness: Harness) -> None:
         fast = await harness.fast.request(method, "/mcp", headers={"accept": "application/json"})
         sdk = await harness.sdk.request(method, "/mcp", headers={"accept": "application/json"})
         assert fast.status_code == sdk.status_code, method
+
+
+# -- result encoding ---------------------------------------------------------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_ENCODING_ENDPOINT = McpEndpoint(Bridge(Settings(upstream_url="http://127.0.0.1:9", secret=SECRET)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.sampled_from(ERAS[1:]),
+    text=st.text(),
+    is_error=st.booleans(),
+    structured=st.none() | st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=5),
+    request_id=st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=12),
+)
+def test_result_encoding_matches_the_sdk(
+    version: str, text: str, is_error: bool, structured: dict[str, Any] | None, request_id: int | str
+) -> None:
+    """The fast path's template encoding gives the bytes the SDK's serializer and transport give, for
+    any text and any JSON object an upstream can answer (unicode, control characters, big integers,
+    floats of every magnitude, nesting) in every revision."""
+    fast = _ENCODING_ENDPOINT.fast
+    assert fast is not None
+    encoded = fast.results.encode(version, version == MODERN, request_id, Reply(text, is_error, structured))
+    result = fast.results.serialize("tools/call", version, call_result(text, is_error, structured))
+    message = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
+    if version == MODERN:  # the SDK's modern single-exchange writer
+        expected = json.dumps(
+            message.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")
+        ).encode()
+    else:  # the SDK's stateless JSON-response transport
+        expected = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    assert encoded == expected

@@ -154,8 +154,8 @@ async def test_bad_arguments_and_jsonrpc_garbage_never_reach_the_upstream(
     async with mcp_client(f"{counter_bridge.url}/mcp", token) as client:
         bad = await client.call_tool("increment_counter", {"count": "seven"})
         missing = await client.call_tool("increment_counter", {})
-    assert bad.is_error and "'seven' is not of type 'integer'" in bad.content[0].text  # type: ignore[union-attr]
-    assert missing.is_error and "'count' is a required property" in missing.content[0].text  # type: ignore[union-attr]
+    assert bad.is_error and '"seven" is not of type "integer"' in bad.content[0].text  # type: ignore[union-attr]
+    assert missing.is_error and '"count" is a required property' in missing.content[0].text  # type: ignore[union-attr]
     rest = httpx.post(f"{counter_bridge.url}/increment_counter", json={"count": "x"}, headers={HEADER: token})
     assert rest.status_code == 422 and "invalid arguments for increment_counter" in rest.json()["detail"]
     headers = {
