@@ -19,7 +19,7 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
         pytest.skip("the Gym environment is missing: run 'make setup'")
     out = tmp_path / "bench.json"
     argv = "--quick --paths direct,bridge,bridge-2026 --seq-calls 40 --sessions 4 --calls 10 --warmup 8"
-    argv += " --idle-sessions 20 --startup-repeats 0"
+    argv += " --idle-sessions 20 --startup-repeats 1"
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", *argv.split(), "--sweep", "", "--json", str(out)],
         cwd=ROOT,
@@ -37,3 +37,8 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     assert paths == {"direct", "bridge", "bridge-2026"}
     assert all(s["correct"] for s in report["summary"])
     assert report["idle_sessions"]["sessions"] == 20
+    # startup measured both ways: restarted against the running upstream, and spawned together with one
+    assert "bridge and upstream started together: bridge ready" in run.stdout
+    assert "bridge (re)started against a running upstream, spawn to ready" in run.stdout
+    (together,) = report["co_start"]
+    assert 0 < together["upstream_ready_s"] and 0 < together["bridge_ready_s"]
