@@ -30,9 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from bridge import naming, trajectory
 
@@ -139,6 +136,12 @@ async def replay_over_mcp(
     server_alias: str | None,
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Seed, re-issue the calls over MCP, verify the renamed trajectory. Returns (verify JSON, response, emitted)."""
+    # Imported here, not at the top: ``serve`` builds this command's parser too, and must not wait
+    # for the MCP client side to import before it starts the upstream.
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
     seed = await http.post("/seed_session", json=row)
     if seed.status_code != 200:
         raise RuntimeError(f"seed answered HTTP {seed.status_code}: {seed.text[:300]}")

@@ -10,7 +10,9 @@ an unexpected exit bumps ``generation`` (every session built on the old process 
 restarts it with backoff while ``status`` says why it is not ready. ``stop`` sends SIGINT to the
 group, then SIGKILL after a grace period.
 
-External mode waits for the URL to answer and probes it for readiness. Data flows one way: the
+External mode waits for the URL to answer and probes it for readiness. ``post`` returns each answer
+as an ``UpstreamResponse`` (status, raw headers, body) built straight from the parsed bytes, or raises
+``UpstreamTimeout`` / ``UpstreamUnavailable`` with a one-line reason. Data flows one way: the
 app asks this module for responses and status; this module never calls back into sessions.
 """
 

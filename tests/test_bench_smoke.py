@@ -41,4 +41,4 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     assert "bridge and upstream started together: bridge ready" in run.stdout
     assert "bridge (re)started against a running upstream, spawn to ready" in run.stdout
     (together,) = report["co_start"]
-    assert 0 < together["upstream_ready_s"] and 0 < together["bridge_ready_s"]
+    assert together["upstream_ready_s"] > 0 and together["bridge_ready_s"] > 0
