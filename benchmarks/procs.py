@@ -166,27 +166,18 @@ def _serving(proc: Proc, port_file: Path, timeout: float) -> None:
     proc.extra["gym_version"] = info.get("gym_version")
 
 
-def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
+def _upstream_argv(port: int, port_file: Path) -> list[str]:
+    """The Gym counter server under ``upstream_boot.py`` on ``port`` (0: any free port)."""
     if not GYM_PYTHON.exists():
         raise BenchError(f"the Gym environment is missing ({GYM_PYTHON}); run 'make setup'")
+    options = {"--server": SERVER, "--host": "127.0.0.1", "--port": str(port), "--port-file": str(port_file)}
+    return [str(GYM_PYTHON), str(BOOT), *(part for option in options.items() for part in option)]
+
+
+def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
     port_file = workdir / "upstream.port.json"
     started = time.monotonic()
-    proc = _spawn(
-        "upstream",
-        [
-            str(GYM_PYTHON),
-            str(BOOT),
-            "--server",
-            SERVER,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-        ],
-        workdir,
-    )
+    proc = _spawn("upstream", _upstream_argv(0, port_file), workdir)
     _serving(proc, port_file, timeout)
     proc.extra["boot_s"] = time.monotonic() - started
     return proc
@@ -219,8 +210,7 @@ def start_together(workdir: Path, name: str, timeout: float = 240) -> tuple[floa
     /openapi.json and until the bridge's /readyz first answers 200."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [str(GYM_PYTHON), str(BOOT), "--server", SERVER, "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--port-file", str(workdir / f"{name}.port.json")]
+    argv = _upstream_argv(port, workdir / f"{name}.port.json")
     started = time.monotonic()
     upstream = _spawn(f"{name}-upstream", argv, workdir)
     bridge = spawn_bridge(workdir, url, f"{name}-bridge")
