@@ -128,7 +128,7 @@ class Bench:
         self.log(f"bench: upstream ready on {upstream.url} after {upstream.extra['boot_s']:.1f}s")
         if any(p.startswith("bridge") for p in wanted):
             self.procs["bridge"] = bridge = procs.start_bridge(self.workdir, upstream.url)
-            self.extra.setdefault("bridge_ready_after_upstream_s", []).append(bridge.extra["ready_s"])
+            self.extra.setdefault("bridge_restart_ready_s", []).append(bridge.extra["ready_s"])
             self.log(f"bench: bridge ready on {bridge.url} after {bridge.extra['ready_s']:.2f}s")
         if any(p.startswith("gym07") for p in wanted):
             reason = procs.ensure_gym07_env(self.workdir / "gym07-env-build.log")
@@ -289,7 +289,7 @@ class Bench:
         upstream = self.procs["upstream"]
         bridge = procs.start_bridge(self.workdir, upstream.url, name="bridge-idle")
         try:
-            self.extra.setdefault("bridge_ready_after_upstream_s", []).append(bridge.extra["ready_s"])
+            self.extra.setdefault("bridge_restart_ready_s", []).append(bridge.extra["ready_s"])
             assert self.http is not None
             client = McpRawClient(self.http, bridge.url, "bridge-idle")
             warm = await gather_limited([lambda: client.seed(1) for _ in range(50)], 16)
@@ -322,7 +322,7 @@ class Bench:
         upstream = self.procs["upstream"]
         for i in range(repeats):
             bridge = procs.start_bridge(self.workdir, upstream.url, name=f"bridge-start-{i}")
-            self.extra.setdefault("bridge_ready_after_upstream_s", []).append(bridge.extra["ready_s"])
+            self.extra.setdefault("bridge_restart_ready_s", []).append(bridge.extra["ready_s"])
             bridge.stop()
 
     def co_start(self, repeats: int) -> None:
@@ -576,7 +576,7 @@ async def amain(args: argparse.Namespace) -> int:
         finally:
             bench.stop()
     plot_error = plot(bench.sweep, args.plot) if args.plot and bench.sweep else None
-    ready = bench.extra.get("bridge_ready_after_upstream_s", [])
+    ready = bench.extra.get("bridge_restart_ready_s", [])
     correct = all(r.correct for r in bench.results + bench.sweep) and (idle is None or idle["correct"])
     print()
     print(
@@ -658,7 +658,7 @@ async def amain(args: argparse.Namespace) -> int:
         "runs": [asdict(r) for r in bench.results],
         "sweep": [asdict(r) for r in bench.sweep],
         "idle_sessions": idle,
-        "bridge_ready_after_upstream_s": ready,
+        "bridge_restart_ready_s": ready,
         "co_start": co_start,
         "serve_cold_start_s": cold,
         "peak_memory_kb": peaks,
