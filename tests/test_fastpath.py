@@ -12,8 +12,9 @@ path answered.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -249,7 +250,14 @@ _JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-_ENCODING_ENDPOINT = McpEndpoint(Bridge(Settings(upstream_url="http://127.0.0.1:9", secret=SECRET)))
+
+
+@pytest.fixture(scope="module")
+def encoding_endpoint() -> Iterator[McpEndpoint]:
+    """An endpoint whose upstream is never called: only its result encoder is used."""
+    bridge = Bridge(Settings(upstream_url="http://127.0.0.1:9", secret=SECRET))
+    yield McpEndpoint(bridge)
+    asyncio.run(bridge.upstream.stop())  # its client and scratch directory
 
 
 @settings(max_examples=300, deadline=None)
@@ -261,12 +269,17 @@ _ENCODING_ENDPOINT = McpEndpoint(Bridge(Settings(upstream_url="http://127.0.0.1:
     request_id=st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=12),
 )
 def test_result_encoding_matches_the_sdk(
-    version: str, text: str, is_error: bool, structured: dict[str, Any] | None, request_id: int | str
+    encoding_endpoint: McpEndpoint,
+    version: str,
+    text: str,
+    is_error: bool,
+    structured: dict[str, Any] | None,
+    request_id: int | str,
 ) -> None:
     """The fast path's template encoding gives the bytes the SDK's serializer and transport give, for
     any text and any JSON object an upstream can answer (unicode, control characters, big integers,
     floats of every magnitude, nesting) in every revision."""
-    fast = _ENCODING_ENDPOINT.fast
+    fast = encoding_endpoint.fast
     assert fast is not None
     encoded = fast.results.encode(version, version == MODERN, request_id, Reply(text, is_error, structured))
     result = fast.results.serialize("tools/call", version, call_result(text, is_error, structured))
