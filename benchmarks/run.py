@@ -12,7 +12,9 @@ across paths (so machine noise hits every path alike) and medians taken:
 * 1000 idle sessions (bridge RSS growth per session); startup: the bridge and the upstream spawned
   together (how ``compose up`` and the pod start them: how long after the upstream the bridge is
   ready), the bridge restarted against a running upstream (spawn to ready), and ``serve`` cold
-  start (managed upstream) to ready.
+  start (managed upstream) to ready;
+* the bridge's upstream client (its keep-alive pool) against aiohttp's and httpx's on one POST to
+  the upstream (``benchmarks/upstream_clients.py``; ``--only-clients`` runs just that).
 
 Every run checks correctness: each session's final counter must equal its seed plus its calls
 (the proxy, which merges every caller into one Gym session, is checked on the merged counter).
@@ -39,7 +41,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks import procs
+from benchmarks import procs, upstream_clients
 from benchmarks.clients import DirectClient, McpRawClient, McpSdkClient, PathClient, ProxyRawClient
 from benchmarks.procs import BenchError, Proc
 
@@ -506,6 +508,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-sessions", type=int, default=1000, help="0 to skip")
     p.add_argument("--startup-repeats", type=int, default=3, help="bridge restarts timed; 0 to skip")
     p.add_argument("--no-cold-start", action="store_true", help="skip timing 'serve' in managed mode")
+    p.add_argument("--client-calls", type=int, default=2000, help="calls per upstream-client repeat")
+    p.add_argument("--client-repeats", type=int, default=7, help="upstream-client repeats; 0 to skip")
+    p.add_argument(
+        "--only-clients",
+        action="store_true",
+        help="only the upstream-client comparison (pool vs aiohttp vs httpx); JSON to "
+        "benchmarks/results/upstream_clients.json unless --json is given",
+    )
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "latest.json")
     p.add_argument("--plot", type=Path, default=procs.ROOT / "docs" / "performance-concurrency.png")
     p.add_argument(
@@ -519,6 +529,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         defaults = {
             "seq_calls": 300, "sessions": 8, "calls": 25, "repeats": 1, "warmup": 40, "sweep": "1,8",
             "sweep_total": 200, "sweep_repeats": 1, "idle_sessions": 100, "startup_repeats": 1,
+            "client_calls": 200, "client_repeats": 3,
         }  # fmt: skip
         for key, value in defaults.items():
             if getattr(args, key) == p.get_default(key):
@@ -526,10 +537,53 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.no_cold_start = True
         if "--plot" not in (argv if argv is not None else sys.argv[1:]):
             args.plot = None
+    if args.only_clients and "--json" not in (argv if argv is not None else sys.argv[1:]):
+        args.json = procs.ROOT / "benchmarks" / "results" / "upstream_clients.json"
     return args
 
 
+async def clients_main(args: argparse.Namespace) -> int:
+    """``--only-clients``: start the upstream, compare the upstream clients, print and write JSON."""
+    when = dt.datetime.now(dt.UTC)
+    info = machine()
+    with tempfile.TemporaryDirectory(prefix="gym-mcp-bench-") as tmp:
+        bench = Bench(args, Path(tmp))
+        try:
+            bench.start([])
+            result = await bench_clients(bench)
+        finally:
+            bench.stop()
+    print()
+    print(
+        f"gym-mcp-bridge upstream-client benchmark, {when:%Y-%m-%d %H:%M} UTC, {info['cpu']} x{info['cores']}, "
+        f"load avg at start {info['loadavg_at_start'][0]:.2f}, at end {os.getloadavg()[0]:.2f}"
+    )
+    print(upstream_clients.table(result))
+    if args.json:
+        report = {
+            "when_utc": when.isoformat(),
+            "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
+            "machine": info,
+            "loadavg_at_end": os.getloadavg(),
+            "upstream_clients": result,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        print(f"json: {args.json}")
+    return 0
+
+
+async def bench_clients(bench: Bench) -> dict[str, Any]:
+    args = bench.args
+    bench.log(f"bench: upstream clients ({', '.join(upstream_clients.CLIENTS)}) ...")
+    return await upstream_clients.compare(
+        bench.procs["upstream"].url, args.client_calls, args.client_repeats, args.warmup, bench.log
+    )
+
+
 async def amain(args: argparse.Namespace) -> int:
+    if args.only_clients:
+        return await clients_main(args)
     wanted = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = [p for p in wanted if p not in PATHS]
     if unknown:
@@ -568,6 +622,7 @@ async def amain(args: argparse.Namespace) -> int:
                         sweep_paths, f"sweep-{level}", level, per, args.sweep_repeats
                     )
                 idle = await bench.idle_sessions(args.idle_sessions) if args.idle_sessions else None
+                clients = await bench_clients(bench) if args.client_repeats else None
             if args.startup_repeats:
                 bench.startup(args.startup_repeats)
                 bench.co_start(args.startup_repeats)
@@ -635,6 +690,8 @@ async def amain(args: argparse.Namespace) -> int:
     bridge_peak = peaks.get("bridge", {}).get("hwm_kb")
     if bridge_peak:
         print(f"bridge peak RSS over the run: {bridge_peak / 1024:.1f} MB")
+    if clients:
+        print(upstream_clients.table(clients))
     for name, reason in bench.skipped.items():
         print(f"skipped {name}: {reason}")
     if plot_error:
@@ -658,6 +715,7 @@ async def amain(args: argparse.Namespace) -> int:
         "runs": [asdict(r) for r in bench.results],
         "sweep": [asdict(r) for r in bench.sweep],
         "idle_sessions": idle,
+        "upstream_clients": clients,
         "bridge_restart_ready_s": ready,
         "co_start": co_start,
         "serve_cold_start_s": cold,

@@ -2,13 +2,17 @@
 
 Sessions append a ``ToolCallRecord`` for every ``tools/call`` (and every tool passthrough made
 with a session token) in the order served; ``trajectory.from_recorded`` turns that log into a
-Responses object for ``/verify``.
+Responses object for ``/verify``. Each record knows its size (``size``: arguments as JSON plus the
+output, in UTF-8 bytes), measured once when it is built, which the session registry charges
+against its log byte budgets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 
 @dataclass(slots=True)
@@ -21,4 +25,20 @@ class ToolCallRecord:
     is_error: bool
     started_at: float
     duration_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    size: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.size = record_size(self.arguments, self.output)
+
+
+def record_size(arguments: dict[str, Any], output: str) -> int:
+    """Bytes a call's log entry holds: its arguments as JSON plus its output, both as UTF-8."""
+    try:
+        argument_bytes = len(orjson.dumps(arguments))
+    except (orjson.JSONEncodeError, TypeError):
+        argument_bytes = utf8_len(repr(arguments))
+    return argument_bytes + utf8_len(output)
+
+
+def utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -5,6 +5,10 @@ settings field, generated from the model), binds the port first (a port in use i
 error), starts or reaches the upstream (a failure is a one-line error plus the upstream's log
 tail), then serves the app with uvicorn until SIGTERM/SIGINT, which drains in-flight requests and
 stops the upstream. Every startup failure exits 2 with a line that names the fix.
+
+Secrets given as flags (``--secret``, ``--api-key``) are visible to every local user in ``ps``:
+``serve`` accepts them but warns once, naming the environment variable and the ``--*-file`` flag to
+use instead. ``--api-key-file`` is read here, once, into ``Settings.api_key``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -21,7 +26,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from bridge import __version__
 from bridge.settings import ENV_PREFIX, Settings, describe_error, is_loopback
@@ -50,9 +55,47 @@ def settings_from(args: argparse.Namespace) -> Settings:
         name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None
     }
     try:
-        return Settings(**given)
+        settings = Settings(**given)
     except ValidationError as exc:
         raise StartupError(describe_error(exc)) from exc
+    return with_api_key_file(settings)
+
+
+def with_api_key_file(settings: Settings) -> Settings:
+    """``settings`` with ``api_key`` read from ``api_key_file`` (trailing newline stripped), if one is set."""
+    path = settings.api_key_file
+    if path is None:
+        return settings
+    where = f"--api-key-file / {ENV_PREFIX}API_KEY_FILE"
+    if settings.api_key is not None:
+        raise StartupError(f"invalid settings: give api_key or api_key_file, not both ({where})")
+    try:
+        key = path.read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise StartupError(
+            f"invalid settings: {where}: {path} cannot be read by uid {os.getuid()}: {exc.strerror}"
+        ) from exc
+    if not key.strip():
+        raise StartupError(f"invalid settings: {where}: {path} is empty")
+    return settings.model_copy(update={"api_key": SecretStr(key)})
+
+
+SECRET_FLAGS = {"secret": "--secret-file", "api_key": "--api-key-file"}
+
+
+def warn_secret_flags(args: argparse.Namespace) -> None:
+    """One warning when a secret came as a command-line flag, which any local user can read."""
+    given = [name for name in SECRET_FLAGS if getattr(args, name, None) is not None]
+    if not given:
+        return
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    instead = " or ".join(f"{ENV_PREFIX}{name.upper()} / {SECRET_FLAGS[name]}" for name in given)
+    log.warning(
+        "%s given on the command line, where every local user can read it (ps, /proc/<pid>/cmdline); "
+        "pass it as %s instead",
+        flags,
+        instead,
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -168,6 +211,7 @@ def _run(coro: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_level)
+    warn_secret_flags(args)
     _run(serve(settings))
     return 0
 

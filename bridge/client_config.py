@@ -13,8 +13,11 @@ bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym
 | ``agents-sdk`` | a Python snippet with ``MCPServerStreamableHttp(params={"url", "headers"})`` |
 | ``json`` | the seed's MCP metadata as JSON |
 
-``--server-name`` renames the server on the client side only (the bridge resolves the harness's
-``mcp__<name>__<tool>`` forms against the session's tools whatever the name). The token in the
+By default the harness is configured with the seed answer's ``server_name``, the name the bridge
+trusts when it resolves the harness's ``mcp__<name>__<tool>`` forms before ``/verify``.
+``--server-name`` renames the server on the client side only: the bridge then trusts that name
+once the session's own tool calls prove it, or when it is declared (``--server-aliases`` on the
+bridge, ``_bridge.server_aliases`` in the verify body); see docs/naming.md. The token in the
 output is the session's credential: it expires with the session (``session_ttl_s``). Errors
 (bridge unreachable, a 4xx from the upstream's seed validation) are one line on stderr, exit 2.
 """
@@ -235,7 +238,11 @@ def add_parser(commands: Any) -> None:
         "--row", type=Path, metavar="FILE.jsonl", help="seed with the first row of a Gym JSONL file"
     )
     rows.add_argument("--row-json", metavar="JSON", help="seed with this Gym row")
-    parser.add_argument("--server-name", help="the server's name on the client side (default: the bridge's)")
+    parser.add_argument(
+        "--server-name",
+        help="the server's name on the client side (default: the bridge's, which it trusts for name "
+        "resolution; another name is trusted once the session's calls prove it, see docs/naming.md)",
+    )
     parser.add_argument(
         "--api-key",
         default=os.environ.get("GYM_MCP_BRIDGE_API_KEY"),

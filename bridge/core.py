@@ -10,6 +10,7 @@ surface renders the outcome. Nothing here knows about HTTP routing or JSON-RPC f
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import secrets
 import time
@@ -25,8 +26,14 @@ from bridge.metrics import Metrics
 from bridge.sessions import Session, SessionCapReached, SessionError, SessionLost, SessionRegistry
 from bridge.settings import Settings
 from bridge.tokens import HEADER, TokenError, TokenSigner
-from bridge.tools import ToolSets
-from bridge.upstream import Upstream, UpstreamResponse, UpstreamTimeout, UpstreamUnavailable
+from bridge.tools import InvalidToolName, ToolSets
+from bridge.upstream import (
+    Upstream,
+    UpstreamRequestRefused,
+    UpstreamResponse,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -56,9 +63,45 @@ class ToolOutcome:
     value: Any = None  # the upstream's JSON answer, when it is JSON
 
 
-def cookie_pair(set_cookie: str) -> str:
-    """``name=value`` of a Set-Cookie header, without its attributes."""
-    return set_cookie.split(";", 1)[0].strip()
+OTHER_TOOLS_LABEL = "(row tool)"  # metrics label of every tool outside the upstream's OpenAPI set
+
+
+def merge_cookies(jar: str, set_cookies: list[str], now: float | None = None) -> str:
+    """The ``Cookie`` header after the upstream's ``Set-Cookie`` lines, as a browser keeps it: each
+    line replaces only the cookie of its own name, and one that expires it (``Max-Age`` <= 0 or an
+    ``Expires`` in the past) removes it."""
+    cookies: dict[str, str] = {}
+    for pair in jar.split(";"):
+        name, _, value = pair.strip().partition("=")
+        if name:
+            cookies[name] = value
+    moment = time.time() if now is None else now
+    for line in set_cookies:
+        pair, *attributes = line.split(";")
+        name, _, value = pair.strip().partition("=")
+        if not name:
+            continue
+        cookies.pop(name, None)  # a replaced cookie moves to the end, as in a browser's header
+        if not _expired(attributes, moment):
+            cookies[name] = value
+    return "; ".join(f"{name}={value}" for name, value in cookies.items())
+
+
+def _expired(attributes: list[str], now: float) -> bool:
+    for attribute in attributes:
+        key, _, value = attribute.strip().partition("=")
+        key = key.lower()
+        if key == "max-age":
+            try:
+                return int(value.strip()) <= 0
+            except ValueError:
+                continue
+        if key == "expires":
+            try:
+                return email.utils.parsedate_to_datetime(value.strip()).timestamp() <= now
+            except (TypeError, ValueError):
+                continue
+    return False
 
 
 def strip_bridge_cookie(cookie_header: str | None) -> str:
@@ -79,7 +122,11 @@ class Bridge:
         self.settings = settings
         self.upstream = upstream or Upstream(settings)
         self.sessions = SessionRegistry(
-            settings.session_ttl_s, settings.max_sessions, settings.max_calls_logged
+            settings.session_ttl_s,
+            settings.max_sessions,
+            settings.max_calls_logged,
+            settings.max_session_log_bytes,
+            settings.max_log_bytes,
         )
         self.metrics = Metrics()
         self.started_at = time.time()
@@ -88,6 +135,7 @@ class Bridge:
         self.upstream_routes: frozenset[str] = frozenset()
         self.signer: TokenSigner | None = None
         self.keys = keys if keys is not None else settings.signing_keys()[0]
+        self.by_resources_id: dict[str, list[str]] = {}  # Gym >= 0.7 typed seeds: id -> session ids
 
     # -- startup --------------------------------------------------------------------------------
 
@@ -109,7 +157,9 @@ class Bridge:
 
     async def load_tools(self) -> None:
         spec = await self.upstream.get_json("/openapi.json")
-        openapi, catch_all = tools_mod.from_openapi(spec)
+        openapi, catch_all, skipped = tools_mod.from_openapi(spec)
+        for problem in skipped:
+            log.warning("upstream route skipped, not served as a tool: %s", problem)
         self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
         self.toolsets = ToolSets(openapi, catch_all, list(self.settings.tools_from))
         bad = tools_mod.unsafe_names(openapi.names, self.upstream.server_name)
@@ -154,8 +204,8 @@ class Bridge:
             raise Rejected(str(exc), 409, "lost") from exc
         except SessionError as exc:
             raise Rejected(str(exc), 401, "session") from exc
-        if tool is not None and tool not in claims.tools:
-            allowed = ", ".join(claims.tools) or "none"
+        if tool is not None and not claims.allows(tool, session.tool_names):
+            allowed = ", ".join(claims.tools if claims.tools is not None else session.tool_names) or "none"
             raise Rejected(
                 f"tool {tool!r} is not in this session's allow-list ({allowed})", 403, "allow_list"
             )
@@ -168,14 +218,22 @@ class Bridge:
             "url": f"{self.advertise_url}/mcp",
             "transport": "http",
             "headers": {HEADER: session.token},
+            "tool_names": list(session.tool_names),
         }
 
     async def seed(
         self, body: bytes, row: dict[str, Any], cookie_header: str
     ) -> tuple[UpstreamResponse, Session | None]:
-        """Forward a seed; on success create the session. Returns the upstream response and session."""
+        """Forward a seed; on success create the session. Returns the upstream response and session.
+
+        A row that declares a tool named against the MCP rule is refused before anything is
+        forwarded: its name would otherwise become a request line to the upstream."""
         if self.toolsets is None or self.signer is None:
             raise Rejected(self.not_ready_reason() or "not ready", 503, "not_ready", retry_after=1)
+        try:
+            row_tools = tools_mod.from_row(row)
+        except InvalidToolName as exc:
+            raise Rejected(f"row refused: {exc}", 400, "row_tools") from exc
         self.sessions.sweep()
         if len(self.sessions) >= self.settings.max_sessions:
             raise Rejected(
@@ -188,13 +246,15 @@ class Bridge:
         response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
         if not response.is_success:
             return response, None
-        set_cookies = response.header_list("set-cookie")
-        cookie = "; ".join(cookie_pair(c) for c in set_cookies) or cookie_header
+        cookie = merge_cookies(cookie_header, response.header_list("set-cookie"))
         try:
-            session = self.sessions.create(body, cookie, self.toolsets.for_row(row), generation)
+            session = self.sessions.create(body, cookie, self.toolsets.for_row(row_tools), generation)
         except SessionCapReached as exc:
             raise Rejected(str(exc), 503, "cap", retry_after=5) from exc
         session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        resources_id = row.get(TYPED_SEED_KEY)
+        if isinstance(resources_id, str):
+            self.by_resources_id.setdefault(resources_id, []).append(session.sid)
         self.metrics.sessions_created.inc()
         self.metrics.sessions_active.set(len(self.sessions))
         return response, session
@@ -202,6 +262,14 @@ class Bridge:
     def close(self, session: Session) -> None:
         self.sessions.close(session.sid)
         self.metrics.sessions_active.set(len(self.sessions))
+
+    def close_resources_id(self, resources_id: str) -> list[str]:
+        """Revoke every session seeded with this typed ``resources_session_id``; their ids."""
+        sids = self.by_resources_id.pop(resources_id, [])
+        for sid in sids:
+            self.sessions.close(sid)
+        self.metrics.sessions_active.set(len(self.sessions))
+        return sids
 
     # -- upstream calls -------------------------------------------------------------------------
 
@@ -246,10 +314,10 @@ class Bridge:
                 value=value,
             )
             if outcome.set_cookies:
-                session.cookie = "; ".join(cookie_pair(c) for c in outcome.set_cookies)
-        except (UpstreamTimeout, UpstreamUnavailable) as exc:
+                session.cookie = merge_cookies(session.cookie, outcome.set_cookies)
+        except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = ToolOutcome(
-                status=504 if isinstance(exc, UpstreamTimeout) else 502,
+                status=_failure_status(exc),
                 body=orjson.dumps({"detail": str(exc)}),
                 content_type="application/json",
                 is_error=True,
@@ -270,7 +338,10 @@ class Bridge:
                 duration_s=elapsed,
             ),
         )
-        self.metrics.tool_call(name, transport, _outcome_label(outcome), elapsed)
+        label = (
+            name if self.toolsets is not None and name in self.toolsets.openapi.tools else OTHER_TOOLS_LABEL
+        )
+        self.metrics.tool_call(label, transport, _outcome_label(outcome), elapsed)
         return outcome
 
     async def forward(
@@ -282,6 +353,12 @@ class Bridge:
         while True:
             await asyncio.sleep(interval_s)
             self.sessions.sweep(generation=self.upstream.generation)
+            for resources_id, sids in list(self.by_resources_id.items()):
+                open_sids = [sid for sid in sids if sid in self.sessions]
+                if open_sids:
+                    self.by_resources_id[resources_id] = open_sids
+                else:
+                    del self.by_resources_id[resources_id]
             self.metrics.sessions_active.set(len(self.sessions))
             self.metrics.upstream_up.set(1 if self.not_ready_reason() is None else 0)
             self.metrics.upstream_restarts.set(self.upstream.restarts)
@@ -292,6 +369,14 @@ def _json_headers(cookie_header: str) -> dict[str, str]:
     if cookie_header:
         headers["cookie"] = cookie_header
     return headers
+
+
+def _failure_status(exc: Exception) -> int:
+    if isinstance(exc, UpstreamTimeout):
+        return 504
+    if isinstance(exc, UpstreamRequestRefused):
+        return 400
+    return 502
 
 
 def _outcome_label(outcome: ToolOutcome) -> str:

@@ -1,39 +1,40 @@
-"""Tool-name normalization: map a tool name as a harness emitted it back to the canonical name.
+"""Tool-name normalization: map a tool name as a harness emitted it back to the canonical name,
+only on evidence that the call was made to this environment.
 
-MCP harnesses rename the tools they list (``mcp__srv__tool``, ``mcp_srv_tool``, ``srv-tool``,
-truncations, hash suffixes, ...). Before ``/verify`` the bridge must hand the Gym resources
-server the canonical tool names it knows, or scoring silently breaks. This module owns exactly
-that mapping, and nothing else:
+MCP harnesses rename the tools they list, prefixing the name the *user* gave the server
+(``mcp__srv__tool``, ``mcp_srv_tool``, ``srv-tool``, truncations, hash suffixes, ...). Before
+``/verify`` the bridge hands the Gym resources server canonical names; a wrong mapping turns a
+hallucinated or foreign call into a scored one, so nothing is guessed:
 
-* :func:`render` -- how a given client would emit ``tool`` from a server it named ``server``
-  (one function per client convention, rules taken from each client's published source; see
-  ``docs/naming.md`` for the citations). Used by ``--as`` and by the tests.
-* :func:`resolve` -- given an emitted name and the session's known canonical names, return a
-  :class:`Resolution`. Data flow: an exact match of a known name wins; otherwise every
-  convention's matcher is run against every known name and the set of distinct known names
-  some rule maps the emitted name to is collected. One name -> resolved; several -> ambiguous;
-  none -> unresolved. Ambiguous and unresolved names are never guessed: ``canonical`` is
-  ``None`` and the caller keeps the name as emitted and reports it.
+* :func:`render` -- how a client would emit ``tool`` from a server it named ``server`` (one rule
+  per client, from each client's source; ``docs/naming.md`` cites them). Used by ``replay --as``.
+* :func:`resolve` -- an emitted name resolves when it is exactly a session tool, or when some
+  client rule renders exactly it from a **known alias** of this server and one tool (hash
+  suffixes recompute, since the alias is known). The renderings of every tool under every alias
+  are indexed once per (tools, aliases). Two tools explaining a name: ambiguous. Otherwise
+  unresolved, with the reason ``unknown server alias`` (some rule splits it into a server part
+  and a session tool) or ``unknown tool``.
+* :func:`prove_aliases` -- an alias the session's own log proves: the server part of an emitted
+  call whose tool and arguments match a call the bridge served for this session.
 
-The server part of an emitted name is whatever the *client* named the server, so it is unknown
-here and may itself contain ``_``, ``-`` or ``__``. Matchers therefore test "is there some
-server name for which this client would emit exactly this string for this known tool", which
-for plain forms is a suffix test and for hash-suffixed forms is a recomputation of the hash for
-every plausible server split. Everything is pure and cache-free; a call costs a few string
-operations per known name (hashing only when the emitted name carries a hash suffix).
+Data flows one way: verify gathers the tools, the known aliases and the log, and asks here.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import hashlib
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal
 
-__all__ = ["CONVENTIONS", "Resolution", "render", "resolve"]
+import orjson
+
+__all__ = ["CONVENTIONS", "EmittedCall", "Resolution", "prove_aliases", "render", "resolve", "splits"]
 
 CONVENTIONS: tuple[str, ...] = (
     "bare",
@@ -74,7 +75,6 @@ _AGENTS_HASHED = re.compile(r"^mcp_.*_[0-9a-f]{8}$", re.DOTALL)
 _HEX12_TAIL = re.compile(r"^(.+)_[0-9a-f]{12}$", re.DOTALL)
 _SLUG_CONTRACTION = re.compile(r"(\w)['\u2019](\w)")
 _SLUG_NON_ALNUM = re.compile(r"[\W_]+")
-_DASH_OR_UNDERSCORE_RUN = re.compile(r"[-_]+")
 _SLUG_SPECIAL = {"æ": "ae", "ß": "ss", "ø": "o"}
 
 
@@ -225,7 +225,107 @@ def render(tool: str, server: str, convention: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Matchers: does some server name make `convention` emit exactly `emitted` for `tool`?
+# Resolution by evidence
+# --------------------------------------------------------------------------------------------
+
+UNKNOWN_TOOL = "unknown tool"
+UNKNOWN_ALIAS = "unknown server alias"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Outcome of resolving one emitted tool name against a session's tools and known aliases.
+
+    ``canonical`` is the tool to score, or ``None``; then ``reason`` says why (``unknown tool``,
+    ``unknown server alias``, ``ambiguous: a | b``) and the caller keeps the name as emitted.
+    ``convention`` is ``exact`` for a literal tool name, else the client rule that produced it."""
+
+    emitted: str
+    canonical: str | None
+    convention: str | None
+    candidates: tuple[str, ...]
+    reason: str | None = None
+
+    @property
+    def status(self) -> Literal["exact", "resolved", "ambiguous", "unresolved"]:
+        if self.canonical is not None:
+            return "exact" if self.convention == "exact" else "resolved"
+        return "ambiguous" if len(self.candidates) > 1 else "unresolved"
+
+
+def _renderings(tool: str, server: str) -> Iterator[tuple[str, str]]:
+    """Every (name, convention) some client shows for ``tool`` on a server it named ``server``,
+    collision and historical variants included (their hashes are over ``server`` itself)."""
+    yield render(tool, server, "claude-code"), "claude-code"
+    for variant, collided in itertools.product(range(3), (False, True)):
+        yield _render_codex(tool, server, variant=variant, collided=collided), "codex"
+    # Codex namespace items when two servers sanitize to one namespace: the namespace gets "_" +
+    # 12 hex of SHA-1 over (server, raw namespace, connector id) and the tool stays bare
+    identity = server + "\0" + server + "\0"
+    namespace = f"mcp__{_san_codex(server)}_{_sha1(identity)[:_CODEX_HASH_LEN]}"
+    yield _join_namespace(namespace, tool), "codex"
+    yield _join_namespace(namespace, _san_codex(tool)), "codex"
+    yield _render_codex_legacy(tool, server), "codex-legacy"
+    yield _render_agents(tool, server), "agents-sdk"
+    for seed_index in range(_AGENTS_COLLISION_RETRIES + 1):
+        yield _render_agents(tool, server, seed_index=seed_index, force=True), "agents-sdk"
+    yield _render_gemini(tool, server), "gemini"
+    yield f"{server}__{tool}", "goose"  # also older Gemini CLI on a collision, Docker MCP gateway
+    yield f"{_san_dash(server)}_{_san_dash(tool)}", "opencode"  # also FastMCP, ToolHive
+    yield f"{server}_{tool}", "opencode"
+    yield f"{_san_codex(server)}_{_san_codex(tool)}", "opencode"  # older opencode: "-" became "_"
+    yield render(tool, server, "contextforge"), "contextforge"
+
+
+@functools.lru_cache(maxsize=512)
+def _index(tools: frozenset[str], aliases: frozenset[str]) -> dict[str, dict[str, str]]:
+    """emitted name -> {tool: first convention} over every tool, alias and client rule."""
+    index: dict[str, dict[str, str]] = {}
+    for tool in sorted(tools):
+        legacy = _render_gemini_legacy(tool)  # a function of the tool alone (bare, truncated)
+        if legacy != tool:
+            index.setdefault(legacy, {}).setdefault(tool, "gemini-legacy")
+        for alias in sorted(aliases):
+            for name, convention in _renderings(tool, alias):
+                index.setdefault(name, {}).setdefault(tool, convention)
+    return index
+
+
+def _join_namespace(namespace: str, name: str) -> str:
+    """Codex ``canonical_flat_name``: ``namespace.rstrip('_') + '__' + name.lstrip('_')``."""
+    return namespace.rstrip("_") + "__" + name.lstrip("_")
+
+
+def flat_name(emitted: str, namespace: str | None) -> str:
+    """The name as one string: a Codex namespace item joined the way Codex flattens it."""
+    return emitted if namespace is None else _join_namespace(namespace, emitted)
+
+
+def resolve(
+    emitted: str, tools: Collection[str], aliases: Collection[str], namespace: str | None = None
+) -> Resolution:
+    """Map ``emitted`` to one of ``tools`` on evidence only (DESIGN "Tool-name normalization").
+
+    It resolves when it is exactly a tool (and carries no namespace naming some server), or when
+    some client rule renders exactly it from a known ``alias`` of this server and one tool. A
+    name two tools could explain is ambiguous; a name whose server part is no known alias, or
+    that no rule explains, is unresolved. Nothing is guessed."""
+    target = flat_name(emitted, namespace)
+    if namespace is None and emitted in tools:
+        return Resolution(emitted, emitted, "exact", (emitted,))
+    hits = _index(frozenset(tools), frozenset(aliases)).get(target, {})
+    if len(hits) == 1:
+        ((tool, convention),) = hits.items()
+        return Resolution(emitted, tool, convention, (tool,))
+    if hits:
+        candidates = tuple(sorted(hits))
+        return Resolution(emitted, None, None, candidates, "ambiguous: " + " | ".join(candidates))
+    reason = UNKNOWN_ALIAS if splits(target, tools) else UNKNOWN_TOOL
+    return Resolution(emitted, None, None, (), reason)
+
+
+# --------------------------------------------------------------------------------------------
+# Splits: which (server part, tool) could a client have rendered this name from?
 # --------------------------------------------------------------------------------------------
 
 
@@ -234,66 +334,6 @@ def _strip_suffix(emitted: str, suffix: str) -> str | None:
     if len(emitted) < len(suffix) or not emitted.endswith(suffix):
         return None
     return emitted[: len(emitted) - len(suffix)]
-
-
-class _Forms(NamedTuple):
-    """The per-client spellings of one known tool name, computed once per :func:`resolve`."""
-
-    raw: str
-    dash: str  # outside [A-Za-z0-9_-] -> "_" (Claude Code, opencode, older Codex)
-    word: str  # outside [A-Za-z0-9_] -> "_" (current Codex)
-    gemini: str  # outside [A-Za-z0-9_.:-] -> "_"
-    agents: str  # Agents SDK safe part
-    slug: str  # ContextForge slug
-
-
-def _forms(tool: str) -> _Forms:
-    if _NOT_DASH_WORD.search(tool) is None:  # usual case: cheap equivalents of each rule
-        return _Forms(
-            raw=tool,
-            dash=tool,
-            word=tool.replace("-", "_") or "_",
-            gemini=tool,
-            agents=tool.strip("_-") or "tool",
-            slug=_DASH_OR_UNDERSCORE_RUN.sub("-", tool.lower()).strip("-"),
-        )
-    return _Forms(
-        raw=tool,
-        dash=_san_dash(tool),
-        word=_san_codex(tool),
-        gemini=_NOT_GEMINI.sub("_", tool),
-        agents=_agents_safe(tool, "tool"),
-        slug=_slugify(tool),
-    )
-
-
-def _match_claude_plugin(emitted: str, f: _Forms) -> bool:
-    rest = _strip_suffix(emitted, "__" + f.dash)
-    return (
-        rest is not None
-        and rest.startswith("mcp__plugin_")
-        and len(rest) > len("mcp__plugin_")
-        and _san_dash(rest) == rest
-    )
-
-
-def _match_claude_code(emitted: str, f: _Forms) -> bool:
-    rest = _strip_suffix(emitted, "__" + f.dash)
-    return rest is not None and rest.startswith("mcp__") and len(rest) > 5 and _san_dash(rest) == rest
-
-
-def _match_codex_plain(emitted: str, f: _Forms) -> bool:
-    for sanitize, name in ((_san_codex, f.word), (_san_codex_legacy, f.dash or "_")):
-        rest = _strip_suffix(emitted, "__" + name.lstrip("_"))
-        if (
-            rest is not None
-            and rest.startswith("mcp__")
-            and len(rest) > 5
-            and sanitize(rest) == rest
-            and len(rest) + 2 + len(name) <= _CODEX_MAX
-        ):
-            return True
-    return False
 
 
 def _server_variants(sanitized: str) -> Iterator[str]:
@@ -322,195 +362,132 @@ def _delimiters(text: str, start: int, stop: int) -> Iterator[int]:
         i = text.find("__", i + 1)
 
 
-def _match_codex_hashed(emitted: str, known: Collection[_Forms]) -> set[str]:
-    if len(emitted) > _CODEX_MAX or not _CODEX_HASHED.match(emitted):
-        return set()
-    hit: set[str] = set()
-    name_end = len(emitted) - _CODEX_HASH_LEN - 1
-    for i in _delimiters(emitted, 6, len(emitted) - _CODEX_HASH_LEN):
-        visible = emitted[i + 2 : name_end] if i + 2 <= name_end else ""
-        tools = [
-            f.raw
-            for f in known
-            if f.word.lstrip("_").startswith(visible) or f.dash.lstrip("_").startswith(visible)
-        ]
-        if not tools:
-            continue
-        for server in _server_variants(emitted[5:i]):
+def _plain_splits(emitted: str, tool: str) -> Iterator[tuple[str, str]]:
+    """(server part, convention) for every plain (unhashed) rule that renders ``emitted`` from
+    ``tool`` and some server name."""
+    dash, word = _san_dash(tool), _san_codex(tool)
+    for prefix, joint, name, convention in (
+        ("mcp__", "__", dash, "claude-code"),
+        ("mcp__", "__", word.lstrip("_"), "codex"),
+        ("mcp_", "__", _agents_safe(tool, "tool"), "agents-sdk"),
+        ("mcp_", "_", _NOT_GEMINI.sub("_", tool), "gemini"),
+        ("", "__", tool, "goose"),
+        ("", "_", dash, "opencode"),
+        ("", "_", word, "opencode"),
+        ("", "-", _slugify(tool), "contextforge"),
+    ):
+        rest = _strip_suffix(emitted, joint + name)
+        if rest is not None and rest.startswith(prefix) and len(rest) > len(prefix):
+            yield rest[len(prefix) :], convention
+
+
+def _hashed_splits(emitted: str, tools: Collection[str]) -> Iterator[tuple[str, str, str]]:
+    """(server, tool, convention) for every hash-suffixed name whose hash recomputes."""
+    if len(emitted) <= _CODEX_MAX and _CODEX_HASHED.match(emitted):
+        name_end = len(emitted) - _CODEX_HASH_LEN - 1
+        for i in _delimiters(emitted, 6, len(emitted) - _CODEX_HASH_LEN):
+            visible = emitted[i + 2 : name_end] if i + 2 <= name_end else ""
+            fitting = [t for t in tools if _san_codex(t).lstrip("_").startswith(visible)]
+            for server in _server_variants(emitted[5:i]) if fitting else ():
+                for tool in fitting:
+                    for variant, collided in itertools.product(range(3), (False, True)):
+                        if _render_codex(tool, server, variant=variant, collided=collided) == emitted:
+                            yield server, tool, "codex"
+    if len(emitted) == _CODEX_MAX and _CODEX_LEGACY_HASHED.match(emitted):
+        for end in range(6, _CODEX_MAX - _CODEX_LEGACY_HASH_LEN + 1):
             for tool in tools:
-                if tool in hit:
-                    continue
-                for variant, collided in itertools.product(range(3), (False, True)):
-                    if _render_codex(tool, server, variant=variant, collided=collided) == emitted:
-                        hit.add(tool)
-                        break
-    return hit
-
-
-def _match_codex_legacy_hashed(emitted: str, known: Collection[_Forms]) -> set[str]:
-    if len(emitted) != _CODEX_MAX or not _CODEX_LEGACY_HASHED.match(emitted):
-        return set()
-    # Only the first 24 characters survive, so only a server name wholly inside them (at most
-    # 19 characters) can be tried: every prefix of emitted[5:24] is a candidate.
-    prefix_len = _CODEX_MAX - _CODEX_LEGACY_HASH_LEN
-    hit: set[str] = set()
-    for end in range(6, prefix_len + 1):
-        after = emitted[end:prefix_len]  # what follows the server: "__" + start of the tool
-        if not ("__".startswith(after) or after.startswith("__")):
-            continue
-        visible = after[2:]
-        for f in known:
-            if (
-                f.raw not in hit
-                and f.dash.startswith(visible)
-                and _render_codex_legacy(f.raw, emitted[5:end]) == emitted
-            ):
-                hit.add(f.raw)
-    return hit
-
-
-def _match_gemini(emitted: str, f: _Forms) -> bool:
-    name = f.gemini
-    if len(emitted) <= _GEMINI_SAFE_LIMIT:
-        rest = _strip_suffix(emitted, "_" + name)
-        if (
-            rest is not None
-            and (rest == "mcp" or rest.startswith("mcp_"))
-            and _NOT_GEMINI.sub("_", rest) == rest
-        ):
-            return True
+                if _render_codex_legacy(tool, emitted[5:end]) == emitted:
+                    yield emitted[5:end], tool, "codex-legacy"
     if len(emitted) == _GEMINI_SAFE_LIMIT and emitted[30:33] == "..." and emitted.startswith("mcp_"):
-        # First 30 + "..." + last 30: with the server unknown (and possibly long) the head says
-        # nothing about the tool; the tail must be the end of "_<tool>" (or contain all of it).
-        tail, ending = emitted[33:], "_" + name
-        return tail.endswith(ending) or ending.endswith(tail)
-    return False
+        # first 30 + "..." + last 30: only a server wholly inside the head can be recovered
+        for i in (j for j in range(5, 30) if emitted[j] == "_"):
+            for tool in tools:
+                if _render_gemini(tool, emitted[4:i]) == emitted:
+                    yield emitted[4:i], tool, "gemini"
+    if len(emitted) <= _AGENTS_MAX and _AGENTS_HASHED.match(emitted):
+        stem = emitted[: len(emitted) - _AGENTS_HASH_LEN - 1]
+        for i in _delimiters(stem, 5, len(stem)):
+            for tool in tools:
+                for seed_index in range(_AGENTS_COLLISION_RETRIES + 1):
+                    if _render_agents(tool, stem[4:i], seed_index=seed_index, force=True) == emitted:
+                        yield stem[4:i], tool, "agents-sdk"
 
 
-def _match_gemini_legacy(emitted: str, f: _Forms) -> bool:
-    return _render_gemini_legacy(f.raw) == emitted
+def splits(emitted: str, tools: Collection[str]) -> list[tuple[str, str, str]]:
+    """Every (server part, tool, convention) under which some client renders ``emitted`` from one
+    of ``tools`` and a server it named ``server part``. Evidence of nothing by itself: the server
+    part must still be a known alias of this session."""
+    found = [(server, tool, conv) for tool in tools for server, conv in _plain_splits(emitted, tool)]
+    found.extend(_hashed_splits(emitted, tools))
+    return found
 
 
-def _match_agents_plain(emitted: str, f: _Forms) -> bool:
-    if len(emitted) > _AGENTS_MAX:
-        return False
-    rest = _strip_suffix(emitted, "__" + f.agents)
-    return (
-        rest is not None
-        and rest.startswith("mcp_")
-        and len(rest) > 4
-        and _agents_safe(rest[4:], "") == rest[4:]
-    )
+# --------------------------------------------------------------------------------------------
+# Aliases proven by the session's own log
+# --------------------------------------------------------------------------------------------
 
 
-def _match_agents_hashed(emitted: str, known: Collection[_Forms]) -> set[str]:
-    if len(emitted) > _AGENTS_MAX or not _AGENTS_HASHED.match(emitted):
-        return set()
-    stem = emitted[: len(emitted) - _AGENTS_HASH_LEN - 1]
-    hit: set[str] = set()
-    for i in _delimiters(stem, 5, len(stem)):
-        server, visible = stem[4:i], stem[i + 2 :]
-        for f in known:
-            if f.raw in hit or not f.agents.startswith(visible):
+@dataclass(frozen=True, slots=True)
+class EmittedCall:
+    """A function call as the trajectory names it, with its arguments in canonical JSON."""
+
+    name: str
+    namespace: str | None
+    arguments: bytes | None  # None when the arguments are not a JSON value
+
+
+def canonical_arguments(arguments: Any) -> bytes | None:
+    """Arguments (a JSON string, or already a value) as sorted compact JSON; None if not JSON."""
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return None
+    try:
+        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+
+
+def prove_aliases(
+    calls: Iterable[EmittedCall],
+    tools: Collection[str],
+    aliases: Collection[str],
+    served: Iterable[tuple[str, bytes | None]],
+) -> set[str]:
+    """Server aliases proven by the session's log: the server part of an emitted call whose tool
+    and arguments match a call the bridge really served for this session.
+
+    ``served`` is the log as (canonical tool, canonical arguments). Each served call proves at most
+    one emitted call, and calls that already resolve (exactly or under a known alias) take theirs
+    first, so a foreign server's call with the same tool and arguments as one of ours proves
+    nothing. Repeats until no new alias is proven."""
+    calls = list(calls)
+    known = set(aliases)
+    remaining = collections.Counter(served)
+    claimed: set[int] = set()
+    while True:
+        for i, call in enumerate(calls):
+            if i in claimed:
                 continue
-            for seed_index in range(_AGENTS_COLLISION_RETRIES + 1):
-                if _render_agents(f.raw, server, seed_index=seed_index, force=True) == emitted:
-                    hit.add(f.raw)
-                    break
-    return hit
-
-
-def _match_goose(emitted: str, f: _Forms) -> bool:
-    rest = _strip_suffix(emitted, "__" + f.raw)
-    return bool(rest)
-
-
-def _match_opencode(emitted: str, f: _Forms) -> bool:
-    # opencode sanitizes (older releases also turned "-" into "_"); FastMCP / ToolHive do not
-    for name in (f.dash, f.raw, f.word):
-        rest = _strip_suffix(emitted, "_" + name)
-        if rest:
-            return True
-    return False
-
-
-def _match_contextforge(emitted: str, f: _Forms) -> bool:
-    rest = _strip_suffix(emitted, "-" + f.slug)
-    return rest is not None and rest != "" and _slugify(rest) == rest
-
-
-_PerTool = Callable[[str, _Forms], bool]
-_PerSet = Callable[[str, Collection[_Forms]], set[str]]
-
-# Checked in this order; a resolved name reports the first rule that produced it.
-_MATCHERS: tuple[tuple[str, _PerTool | None, _PerSet | None], ...] = (
-    ("claude-plugin", _match_claude_plugin, None),
-    ("claude-code", _match_claude_code, None),
-    ("codex", _match_codex_plain, _match_codex_hashed),
-    ("codex-legacy", None, _match_codex_legacy_hashed),
-    ("agents-sdk", _match_agents_plain, _match_agents_hashed),
-    ("gemini", _match_gemini, None),
-    ("gemini-legacy", _match_gemini_legacy, None),
-    ("goose", _match_goose, None),
-    ("opencode", _match_opencode, None),
-    ("contextforge", _match_contextforge, None),
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Resolution
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """Outcome of resolving one emitted tool name against a session's known names.
-
-    ``canonical`` is ``None`` when the name is unresolved (``candidates`` empty) or ambiguous
-    (``candidates`` lists every known name some rule maps it to, sorted). The caller must then
-    keep ``emitted`` unchanged and report it; this module never picks one.
-    """
-
-    emitted: str
-    canonical: str | None
-    convention: str | None
-    candidates: tuple[str, ...]
-
-    @property
-    def status(self) -> Literal["exact", "resolved", "ambiguous", "unresolved"]:
-        if self.canonical is not None:
-            return "exact" if self.convention == "exact" else "resolved"
-        return "ambiguous" if len(self.candidates) > 1 else "unresolved"
-
-
-def _join_namespace(namespace: str, name: str) -> str:
-    """Codex ``canonical_flat_name``: ``namespace.rstrip('_') + '__' + name.lstrip('_')``."""
-    return namespace.rstrip("_") + "__" + name.lstrip("_")
-
-
-def resolve(emitted: str, known: Collection[str], namespace: str | None = None) -> Resolution:
-    """Map ``emitted`` back to one of ``known`` (the session's canonical tool names).
-
-    ``namespace`` is the ``namespace`` field of a Responses ``function_call`` item (Codex sends
-    ``namespace: "mcp__<srv>"`` with ``name: "<tool>"``); the two are joined the way Codex
-    flattens them before matching.
-    """
-    if emitted in known:
-        return Resolution(emitted, emitted, "exact", (emitted,))
-    target = emitted if namespace is None else _join_namespace(namespace, emitted)
-    if target in known:
-        return Resolution(emitted, target, "exact", (target,))
-
-    forms = [_forms(tool) for tool in set(known)]
-    first_rule: dict[str, str] = {}
-    for convention, per_tool, per_set in _MATCHERS:
-        found = per_set(target, forms) if per_set is not None else set()
-        if per_tool is not None:
-            found.update(f.raw for f in forms if f.raw not in found and per_tool(target, f))
-        for tool in found:
-            first_rule.setdefault(tool, convention)
-
-    if len(first_rule) == 1:
-        ((tool, convention),) = first_rule.items()
-        return Resolution(emitted, tool, convention, (tool,))
-    return Resolution(emitted, None, None, tuple(sorted(first_rule)))
+            result = resolve(call.name, tools, known, call.namespace)
+            if result.canonical is not None:
+                claimed.add(i)
+                key = (result.canonical, call.arguments)
+                if remaining[key] > 0:
+                    remaining[key] -= 1
+        proven: set[str] = set()
+        for i, call in enumerate(calls):
+            if i in claimed or call.arguments is None:
+                continue
+            found = splits(flat_name(call.name, call.namespace), tools)
+            matched = {tool for _, tool, _ in found if remaining[(tool, call.arguments)] > 0}
+            if len(matched) != 1:
+                continue  # no served call behind it, or two tools could explain it: no proof
+            (tool,) = matched
+            remaining[(tool, call.arguments)] -= 1
+            claimed.add(i)
+            proven.add(next(server for server, t, _ in found if t == tool))  # the first rule's split
+        if not proven - known:
+            return known - set(aliases)
+        known |= proven

@@ -48,7 +48,7 @@ class Outcome:
     calls: int = 0
     emitted: list[str] = field(default_factory=list)
     normalized: dict[str, str] = field(default_factory=dict)
-    unresolved: list[str] = field(default_factory=list)
+    unresolved: list[dict[str, str]] = field(default_factory=list)  # {"name", "reason"}
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
@@ -258,7 +258,8 @@ def table(outcomes: list[Outcome], convention: str) -> str:
 
     lines = [f"{'#':>4}  {'status':<12} {'recorded':>8} {'native':>7} {'bridge':>7} {'calls':>5}  detail"]
     for o in outcomes:
-        detail = o.detail or (f"unresolved: {', '.join(o.unresolved)}" if o.unresolved else "")
+        shown = ", ".join(f"{u.get('name')} ({u.get('reason')})" for u in o.unresolved)
+        detail = o.detail or (f"unresolved: {shown}" if o.unresolved else "")
         lines.append(
             f"{o.index:>4}  {o.status:<12} {show(o.recorded):>8} {show(o.native):>7} {show(o.bridge):>7} {o.calls:>5}  {detail}"
         )

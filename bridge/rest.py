@@ -18,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bridge import tools as tools_mod
 from bridge import verify as verify_mod
 from bridge.core import BRIDGE_COOKIE, TYPED_SEED_KEY, Bridge, Rejected, strip_bridge_cookie
 from bridge.responses import add_cookies, error, read_object, upstream_response
 from bridge.sessions import Session
 from bridge.tokens import from_headers
-from bridge.upstream import UpstreamTimeout, UpstreamUnavailable
+from bridge.upstream import UpstreamRequestRefused, UpstreamTimeout, UpstreamUnavailable
 
 
 def session_of(bridge: Bridge, request: Request, tool: str | None = None) -> Session | None:
@@ -70,6 +71,8 @@ class RestSurface:
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return error(exc.status, exc.reason, exc.retry_after)
+        except UpstreamRequestRefused as exc:
+            return error(400, str(exc))
         except UpstreamTimeout as exc:
             return error(504, str(exc))
         except UpstreamUnavailable as exc:
@@ -111,7 +114,10 @@ class RestSurface:
         return await self._run(request, self._tool)
 
     async def _tool(self, request: Request, body: bytes, arguments: dict[str, Any]) -> Response:
-        name = request.path_params["tool"]
+        name = request.path_params["tool"]  # percent-decoded by the server
+        problem = tools_mod.name_problem(name)
+        if problem is not None:  # never let it near the upstream's request line
+            raise Rejected(f"no such tool route: {problem}", 404, "tool_name")
         limit = self.bridge.settings.max_argument_bytes
         if len(body) > limit:
             raise Rejected(
@@ -143,22 +149,30 @@ class RestSurface:
         return await self._run(request, self._close)
 
     async def _close(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
+        """Revoke the named session's token whatever the upstream answers (a failed close must not
+        leave a usable token behind), and every session of a typed ``resources_session_id``."""
         session = session_of(self.bridge, request)
+        resources_id = value.get(TYPED_SEED_KEY)
+        if session is None and not isinstance(resources_id, str):
+            raise Rejected(
+                "no session named: send the session token header, the bridge cookie, or a typed "
+                f"body's {TYPED_SEED_KEY}",
+                400,
+                "session",
+            )
         cookies = (
             session.cookie if session is not None else strip_bridge_cookie(request.headers.get("cookie"))
         )
-        if "close_session" in self.bridge.upstream_routes:
-            response = await self.bridge.forward("/close_session", body, cookies)
-            if session is not None and response.is_success:
-                self.bridge.close(session)
-            out = upstream_response(response)
-        elif session is None:
-            raise Rejected(
-                "no session named: send the session token header or the bridge cookie", 400, "session"
-            )
-        else:
+        closed: list[str] = []
+        if session is not None:
             self.bridge.close(session)
-            out = JSONResponse({"closed": True, "session": session.sid})
+            closed.append(session.sid)
+        if isinstance(resources_id, str):
+            closed += [sid for sid in self.bridge.close_resources_id(resources_id) if sid not in closed]
+        if "close_session" in self.bridge.upstream_routes:
+            out = upstream_response(await self.bridge.forward("/close_session", body, cookies))
+        else:
+            out = JSONResponse({"closed": True, "sessions": closed})
         out.delete_cookie(BRIDGE_COOKIE)
         return out
 

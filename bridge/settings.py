@@ -12,10 +12,10 @@ import ipaddress
 import os
 import secrets as _secrets
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "GYM_MCP_BRIDGE_"
 DEFAULT_SERVER = "example_session_state_mgmt"
@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     server_name: str | None = Field(
         None, description="MCP server name and token audience (default: the Gym instance name)"
     )
+    server_aliases: Annotated[list[str], NoDecode] = Field(
+        [],
+        description="other names harness configs give this server, comma-separated; trusted when "
+        "resolving prefixed tool names before /verify (the server name always is)",
+    )
     gym_python: Path | None = Field(
         None, description="interpreter of the Gym environment (default: .gym-env)"
     )
@@ -57,7 +62,10 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None, description="when set, required as 'Authorization: Bearer' on the Gym REST surface"
     )
-    tools_from: list[ToolSource] = Field(
+    api_key_file: Path | None = Field(
+        None, description="file holding the api_key (read once at startup; not with api_key)"
+    )
+    tools_from: Annotated[list[ToolSource], NoDecode] = Field(
         ["row", "openapi"], description="where a session's tools come from, first non-empty wins"
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body accepted")
@@ -68,17 +76,29 @@ class Settings(BaseSettings):
     max_argument_bytes: int = Field(
         1024 * 1024, ge=16, description="largest tool-call arguments object, as JSON (413 past it)"
     )
-    allowed_hosts: list[str] | None = Field(
+    allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="DNS-rebinding protection: Host values accepted, comma-separated ('host:*' = any port, "
         "'*' = no check); default: loopback names when bound to a loopback address, else no check",
     )
-    allowed_origins: list[str] | None = Field(
+    allowed_origins: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="Origin values accepted from browsers, comma-separated ('origin:*' = any port); "
         "default: http(s)://<each allowed host>",
     )
     max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
+    max_session_log_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=0,
+        description="bytes of tool-call log (arguments JSON + output) kept per session for verify; "
+        "past it calls still run but the log is incomplete and recorded verify answers 409",
+    )
+    max_log_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=0,
+        description="bytes of tool-call log kept across all open sessions; past it calls still run but "
+        "the logs they miss are incomplete",
+    )
     restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
     shutdown_grace_s: float = Field(60.0, ge=0, description="drain time for in-flight calls on SIGTERM")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
@@ -90,7 +110,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "server_aliases", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):

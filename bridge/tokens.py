@@ -2,7 +2,10 @@
 
 ``TokenSigner.issue`` makes the token handed out by ``/seed_session``: claims ``sid`` (session
 id), ``iss`` (this replica's advertise URL), ``aud`` (the server name), ``iat``, ``exp`` and
-``tools`` (the session's tool allow-list). The upstream cookie never goes into a token.
+the session's tool allow-list: ``tools`` (the names) when they fit ``INLINE_TOOLS_BYTES``, else
+``tools_sha256`` (a digest of the names, checked against the session's tool set), so a row with
+hundreds of tools still gets a token that fits a header. The upstream cookie never goes into a
+token.
 ``TokenSigner.verify`` checks, in order: size, signature under any of the configured keys (the
 first key signs; the rest allow rotation), expiry and not-before, audience, issuer. Each failure
 raises ``TokenError`` with its own one-line reason; a token from another replica names that
@@ -12,6 +15,8 @@ decodes each token once.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -21,6 +26,7 @@ import jwt
 
 HEADER = "X-NeMo-Gym-Session-Token"
 MAX_TOKEN_BYTES = 8192
+INLINE_TOOLS_BYTES = 2048  # a larger allow-list travels as its digest
 _CACHE_SIZE = 16384
 
 
@@ -35,7 +41,18 @@ class Claims:
     audience: str
     issued_at: int
     expires_at: int
-    tools: tuple[str, ...]
+    tools: tuple[str, ...] | None  # None when the token carries the allow-list's digest instead
+    tools_sha256: str | None = None
+
+    def allows(self, tool: str, session_tools: tuple[str, ...]) -> bool:
+        """Whether ``tool`` is in the allow-list the token was issued with."""
+        if self.tools is not None:
+            return tool in self.tools
+        return tool in session_tools and tools_digest(session_tools) == self.tools_sha256
+
+
+def tools_digest(tools: tuple[str, ...]) -> str:
+    return hashlib.sha256(json.dumps(list(tools)).encode()).hexdigest()
 
 
 class TokenSigner:
@@ -56,8 +73,11 @@ class TokenSigner:
             "iat": issued,
             "nbf": issued,
             "exp": issued + int(ttl_s),
-            "tools": list(tools),
         }
+        if len(json.dumps(list(tools))) <= INLINE_TOOLS_BYTES:
+            payload["tools"] = list(tools)
+        else:
+            payload["tools_sha256"] = tools_digest(tools)
         return jwt.encode(payload, self._keys[0], algorithm="HS256")
 
     def verify(self, token: str) -> Claims:
@@ -119,16 +139,20 @@ class TokenSigner:
             raise TokenError(
                 f"session token is for server {payload.get('aud')!r}, this bridge serves {self.audience!r}"
             )
-        tools = payload.get("tools", [])
-        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        digest = payload.get("tools_sha256")
+        tools = payload.get("tools", [] if digest is None else None)
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise TokenError("session token has a malformed tools claim")
+        if digest is not None and not isinstance(digest, str):
+            raise TokenError("session token has a malformed tools_sha256 claim")
         return Claims(
             sid=str(payload["sid"]),
             issuer=str(payload["iss"]),
             audience=str(payload["aud"]),
             issued_at=int(payload["iat"]),
             expires_at=int(payload["exp"]),
-            tools=tuple(tools),
+            tools=tuple(tools) if tools is not None else None,
+            tools_sha256=digest if tools is None else None,
         )
 
 

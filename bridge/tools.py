@@ -29,6 +29,7 @@ import mcp_types as types
 import orjson
 
 RESERVED = frozenset({"seed_session", "verify", "close_session", "aggregate_metrics", "reverify_mode", "mcp"})
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # the MCP spec's tool-name rule
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 CLIENT_NAME_LIMIT = 64  # Claude, OpenAI and Codex all cap function names at 64 characters
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -37,6 +38,28 @@ _INTERNED_LIMIT = 1024
 
 class ToolDiscoveryError(ValueError):
     pass
+
+
+class InvalidToolName(ValueError):
+    """A row declares a tool whose name is not an MCP tool name; str(exc) names it."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a tool name (MCP: 1-128 of ``[A-Za-z0-9_.-]``, not reserved), else None."""
+    if not isinstance(name, str):
+        return f"a tool name must be a string, got {type(name).__name__}"
+    if not TOOL_NAME.fullmatch(name):
+        return f"tool name {_shown(name)} is not an MCP tool name (1-128 characters of A-Z a-z 0-9 _ . -)"
+    if name in RESERVED:
+        return f"tool name {name!r} is reserved for the resources server's own routes"
+    return None
+
+
+def _shown(name: str) -> str:
+    """A name for an error line: escaped (no control characters reach a log or a header), bounded."""
+    text = name.encode("ascii", "backslashreplace").decode("ascii")
+    text = repr(text)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +119,16 @@ def _inline_refs(node: Any, components: Mapping[str, Any], seen: tuple[str, ...]
     return node
 
 
-def from_openapi(spec: Mapping[str, Any]) -> tuple[ToolSet, bool]:
-    """(tools, catch_all) from an upstream's OpenAPI document."""
+def from_openapi(spec: Mapping[str, Any]) -> tuple[ToolSet, bool, list[str]]:
+    """(tools, catch_all, skipped) from an upstream's OpenAPI document; ``skipped`` says which POST
+    routes are not tools because their name breaks the MCP rule."""
     paths = spec.get("paths")
     if not isinstance(paths, dict):
         raise ToolDiscoveryError("upstream /openapi.json has no paths")
     components = spec.get("components", {}).get("schemas", {})
     tools: dict[str, ToolSpec] = {}
     catch_all = False
+    skipped: list[str] = []
     for path, operations in paths.items():
         post = operations.get("post") if isinstance(operations, dict) else None
         if post is None:
@@ -112,29 +137,38 @@ def from_openapi(spec: Mapping[str, Any]) -> tuple[ToolSet, bool]:
         if "{" in name:
             catch_all = catch_all or "/" not in name
             continue
-        if not name or "/" in name or name in RESERVED:
+        if name in RESERVED:
+            continue
+        problem = name_problem(name)
+        if problem is not None:
+            skipped.append(problem)
             continue
         body = post.get("requestBody", {}).get("content", {}).get("application/json", {})
         schema = _inline_refs(body.get("schema"), components) if body.get("schema") else dict(EMPTY_SCHEMA)
         schema.pop("title", None)
         description = post.get("description") or post.get("summary") or ""
         tools[name] = ToolSpec(name=name, description=description, input_schema=schema)
-    return ToolSet(tools), catch_all
+    return ToolSet(tools), catch_all, skipped
 
 
 def from_row(row: Mapping[str, Any]) -> list[ToolSpec]:
+    """The row's function tools; InvalidToolName when one is named against the MCP rule (such a
+    name would otherwise reach the upstream's request line)."""
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         return []
     found = []
-    for tool in params.get("tools") or []:
+    declared = params.get("tools") or []
+    for position, tool in enumerate(declared if isinstance(declared, list) else []):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             continue
         wrapped = tool.get("function")
         fn: dict[str, Any] = wrapped if isinstance(wrapped, dict) else tool  # chat-style wrapper
         name = fn.get("name")
-        if not isinstance(name, str) or not name or name in RESERVED:
-            continue
+        problem = name_problem(name)
+        if problem is not None:
+            raise InvalidToolName(f"responses_create_params.tools[{position}]: {problem}")
+        assert isinstance(name, str)
         parameters = fn.get("parameters")
         schema = parameters if isinstance(parameters, dict) else dict(EMPTY_SCHEMA)
         found.append(ToolSpec(name=name, description=str(fn.get("description") or ""), input_schema=schema))
@@ -156,14 +190,13 @@ class ToolSets:
         self.sources = sources
         self._interned: OrderedDict[bytes, ToolSet] = OrderedDict()
 
-    def for_row(self, row: Mapping[str, Any]) -> ToolSet:
+    def for_row(self, row_tools: list[ToolSpec]) -> ToolSet:
+        """The session's tool set: the first non-empty source, given the row's tools (``from_row``)."""
         for source in self.sources:
             if source == "openapi" and self.openapi.tools:
                 return self.openapi
-            if source == "row":
-                specs = from_row(row)
-                if specs:
-                    return self._intern(specs)
+            if source == "row" and row_tools:
+                return self._intern(row_tools)
         return ToolSet({})
 
     def _intern(self, specs: list[ToolSpec]) -> ToolSet:

@@ -3,15 +3,18 @@
 Data flow: the body (Gym row fields + ``response``, or ``trajectory``) and the session it names
 (or none) → the Responses object (given, or converted by ``trajectory``) → the seeded row fills
 in when the caller sent no row fields → a deep copy whose ``function_call`` names are resolved by
-``naming`` against the session's tool names (or the body's own tools) → upstream ``/verify`` with
-the session's cookie → the upstream's answer, with names restored to what the harness emitted
-(matched by ``call_id``) and ``_bridge`` added. The bridge never computes a reward: a rollout whose
+``naming`` against the session's tool names (or the body's own tools), on evidence only: the
+known aliases of this server (its name, the ``server_aliases`` setting, ``_bridge.server_aliases``
+in the body, stripped before forwarding) and those the session's own log proves → upstream
+``/verify`` with the session's cookie → the upstream's answer, with names restored to what the
+harness emitted (matched by ``call_id``) and ``_bridge`` added. The bridge never computes a reward: a rollout whose
 agent never ran is marked ``mask_sample: true``, and a lost session never reaches the upstream.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +30,23 @@ from bridge.sessions import Session
 
 BRIDGE_KEY = "_bridge"
 TYPED_VERIFY_KEY = "verification_input"
+REPORT_HEADER = "x-gym-mcp-bridge"
+REPORT_HEADER_LIMIT = 4096  # bytes of the report header; past it, counts only
+
+
+def _declared_aliases(body: dict[str, Any]) -> list[str]:
+    """``_bridge.server_aliases`` of a verify body, removed from it; Rejected when malformed."""
+    extra = body.pop(BRIDGE_KEY, None)
+    if extra is None:
+        return []
+    aliases = extra.get("server_aliases", []) if isinstance(extra, dict) else None
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and 0 < len(a) <= 128 for a in aliases):
+        raise Rejected(
+            f"{BRIDGE_KEY} must be an object whose server_aliases is a list of names (1-128 characters)",
+            400,
+            "verify_body",
+        )
+    return aliases
 
 
 def _known_names(bridge: Bridge, session: Session | None, body: Mapping[str, Any]) -> Collection[str]:
@@ -57,24 +77,48 @@ def _response_slot(body: dict[str, Any]) -> dict[str, Any] | None:
 @dataclass
 class NameReport:
     normalized: dict[str, str] = field(default_factory=dict)  # emitted -> canonical
-    unresolved: list[str] = field(default_factory=list)
+    unresolved: list[dict[str, str]] = field(default_factory=list)  # {"name", "reason"}
     emitted_by_call: dict[str, str] = field(default_factory=dict)  # call_id -> emitted name
     namespaces: dict[str, str] = field(default_factory=dict)  # call_id -> emitted namespace
     conventions: list[str] = field(default_factory=list)  # one per renamed call
+    proven_aliases: list[str] = field(default_factory=list)
 
 
-def normalize(response: dict[str, Any], known: Collection[str]) -> NameReport:
-    """Rename ``response``'s function calls in place to canonical names; report what was done."""
+def _emitted_calls(response: Mapping[str, Any]) -> list[naming.EmittedCall]:
+    return [
+        naming.EmittedCall(
+            item["name"],
+            item.get("namespace") if isinstance(item.get("namespace"), str) else None,
+            naming.canonical_arguments(item.get("arguments")),
+        )
+        for item in trajectory.function_calls(response)
+        if isinstance(item.get("name"), str)
+    ]
+
+
+def normalize(
+    response: dict[str, Any],
+    known: Collection[str],
+    aliases: Collection[str],
+    served: Collection[tuple[str, bytes | None]] = (),
+) -> NameReport:
+    """Rename ``response``'s function calls in place to canonical names, on the evidence of the known
+    ``aliases`` and of the calls the session ``served`` (canonical name, canonical arguments)."""
     report = NameReport()
+    proven = naming.prove_aliases(_emitted_calls(response), known, aliases, served) if served else set()
+    report.proven_aliases = sorted(proven)
+    trusted = {*aliases, *proven}
     for item in trajectory.function_calls(response):
         emitted = item.get("name")
         if not isinstance(emitted, str):
             continue
         namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
-        result = naming.resolve(emitted, known, namespace=namespace)
+        result = naming.resolve(emitted, known, trusted, namespace=namespace)
         if result.canonical is None:
-            if emitted not in report.unresolved:
-                report.unresolved.append(emitted)
+            shown = f"{namespace}.{emitted}" if namespace else emitted
+            entry = {"name": shown, "reason": result.reason or naming.UNKNOWN_TOOL}
+            if entry not in report.unresolved:
+                report.unresolved.append(entry)
             continue
         if result.canonical == emitted and namespace is None:
             continue
@@ -130,20 +174,21 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
     if raw_trajectory is not None:
         if "response" in body:
             raise Rejected("give either response or trajectory, not both", 400, "verify_body")
-        if (
-            isinstance(raw_trajectory, dict)
-            and raw_trajectory.get("format") == "recorded"
-            and session is None
-        ):
-            raise Rejected(
-                "trajectory format 'recorded' needs a session: send the session token header",
-                400,
-                "verify_body",
-            )
+        if isinstance(raw_trajectory, dict) and raw_trajectory.get("format") == "recorded":
+            if session is None:
+                raise Rejected(
+                    "trajectory format 'recorded' needs a session: send the session token header",
+                    400,
+                    "verify_body",
+                )
+            gap = session.incomplete_reason()
+            if gap is not None:  # never a reward from part of a rollout
+                raise Rejected(gap, 409, "log_incomplete")
         try:
             body["response"] = trajectory.from_trajectory(raw_trajectory, session.calls if session else [])
         except trajectory.TrajectoryError as exc:
             raise Rejected(f"invalid trajectory: {exc}", 400, "verify_body") from exc
+    declared = _declared_aliases(body)
     typed = TYPED_VERIFY_KEY in body
     if session is not None and not typed and not (set(body) - {"response"}):
         body = {**session.row, **body}
@@ -152,8 +197,14 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
     if slot is None and not typed:
         raise Rejected("verify needs a 'response' (Responses object) or a 'trajectory'", 400, "verify_body")
     response = slot["response"] if slot is not None else {}
-    names = normalize(response, _known_names(bridge, session, scoring))
-    recorded = len(session.calls) if session is not None else 0
+    aliases = {bridge.upstream.server_name, *bridge.settings.server_aliases, *declared}
+    served = (
+        [(c.canonical_name, naming.canonical_arguments(c.arguments)) for c in session.calls]
+        if session is not None
+        else []
+    )
+    names = normalize(response, _known_names(bridge, session, scoring), aliases, served)
+    recorded = session.calls_served if session is not None else 0
     never_ran = agent_never_ran(response, recorded)
     for convention in names.conventions:
         bridge.metrics.normalizations.labels(convention).inc()
@@ -167,6 +218,7 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
     report = {
         "normalized": names.normalized,
         "unresolved": names.unresolved,
+        "proven_aliases": names.proven_aliases,
         "recorded_tool_calls": recorded,
         "agent_never_ran": never_ran,
     }
@@ -181,10 +233,26 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
         return upstream_response(upstream)
     _restore_names(payload, names)
     bridge.metrics.verify_outcomes.labels("never_ran" if never_ran else "scored").inc()
-    headers = {"x-gym-mcp-bridge": orjson.dumps(report).decode()}
+    headers = {REPORT_HEADER: report_header(report)}
     if typed:  # Gym's typed verify responses forbid extra keys: the report travels in a header
         return json_response(payload, upstream.status_code, headers)
     if never_ran:
         payload["mask_sample"] = True
     payload[BRIDGE_KEY] = report
     return json_response(payload, upstream.status_code, headers)
+
+
+def report_header(report: Mapping[str, Any]) -> str:
+    """The ``_bridge`` report as a header value: ASCII JSON (names a model emitted may be any
+    text), and past ``REPORT_HEADER_LIMIT`` bytes only the counts."""
+    text = json.dumps(report, ensure_ascii=True, separators=(",", ":"))
+    if len(text) <= REPORT_HEADER_LIMIT:
+        return text
+    counts = {
+        "normalized": len(report.get("normalized", {})),
+        "unresolved": len(report.get("unresolved", [])),
+        "recorded_tool_calls": report.get("recorded_tool_calls"),
+        "agent_never_ran": report.get("agent_never_ran"),
+        "truncated": True,
+    }
+    return json.dumps(counts, separators=(",", ":"))

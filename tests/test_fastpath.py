@@ -13,20 +13,20 @@ path answered.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcp_types import JSONRPCResponse
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from bridge.core import Bridge
-from bridge.mcp_endpoint import McpEndpoint, Reply, call_result
+from bridge.mcp_endpoint import McpEndpoint, Reply
 from bridge.settings import Settings
 from tests.conftest import HEADER, SECRET, counter_row
 
@@ -149,8 +149,10 @@ async def _calls_alike(harness: Harness, version: str | None) -> None:
         same(fast, sdk)
         assert took_fast, f"{name} was not answered by the fast path"
     final = call("get_counter_value", {}, 9, meta)
-    fast, sdk, _ = await harness.both(final, era_headers(version, "get_counter_value"), fast_token, sdk_token)
-    assert fast.json()["result"]["structuredContent"] == {"count": 8}
+    fast, sdk, took_fast = await harness.both(
+        final, era_headers(version, "get_counter_value"), fast_token, sdk_token
+    )
+    assert took_fast and fast.json()["result"]["structuredContent"] == {"count": 8}
     same(fast, sdk)
 
 
@@ -252,42 +254,82 @@ _JSON_VALUES = st.recursive(
 )
 
 
+class Encoding:
+    """One endpoint whose handler answers a set ``Reply`` (no upstream), its two apps served on one
+    event loop (a portal thread) that outlives the hypothesis examples, so the fast path builds its
+    result templates once and reuses them with every text and object the examples bring."""
+
+    def __init__(self, portal: BlockingPortal, endpoint: McpEndpoint, stack: ExitStack) -> None:
+        self.portal = portal
+        self.endpoint = endpoint
+        self.reply = Reply("", False)
+
+        async def answer(token: str | None, name: str, arguments: Any) -> Reply:
+            return self.reply
+
+        endpoint._call = answer  # type: ignore[method-assign]  # the handler of both paths
+        self.fast = stack.enter_context(portal.wrap_async_context_manager(_asgi_client(endpoint.app)))
+        self.sdk = stack.enter_context(portal.wrap_async_context_manager(_asgi_client(endpoint.sdk_app)))
+
+    def both(
+        self, reply: Reply, message: Any, headers: dict[str, str]
+    ) -> tuple[httpx.Response, httpx.Response, bool]:
+        """``message`` through the fast path and through the SDK; whether the fast path answered it."""
+        self.reply = reply
+        body = orjson.dumps(message)
+        sent = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            **headers,
+        }
+        before = self.endpoint.fast_calls
+        fast = self.portal.call(lambda: self.fast.post("/mcp", content=body, headers=sent))
+        took_fast = self.endpoint.fast_calls == before + 1
+        sdk = self.portal.call(lambda: self.sdk.post("/mcp", content=body, headers=sent))
+        assert self.endpoint.fast_calls == before + int(took_fast), "sdk_app went through the fast path"
+        return fast, sdk, took_fast
+
+
+def _asgi_client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+
+
 @pytest.fixture(scope="module")
-def encoding_endpoint() -> Iterator[McpEndpoint]:
-    """An endpoint whose upstream is never called: only its result encoder is used."""
-    bridge = Bridge(Settings(upstream_url="http://127.0.0.1:9", secret=SECRET))
-    yield McpEndpoint(bridge)
+def encoding() -> Iterator[Encoding]:
+    bridge = Bridge(Settings(upstream_url="http://127.0.0.1:9", secret=SECRET))  # never called
+    endpoint = McpEndpoint(bridge)
+    assert endpoint.fast is not None
+    with ExitStack() as stack:
+        portal = stack.enter_context(start_blocking_portal())
+        stack.enter_context(portal.wrap_async_context_manager(endpoint.manager.run()))
+        yield Encoding(portal, endpoint, stack)
     asyncio.run(bridge.upstream.stop())  # its client and scratch directory
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    version=st.sampled_from(ERAS[1:]),
+    version=st.sampled_from(ERAS),
     text=st.text(),
     is_error=st.booleans(),
     structured=st.none() | st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=5),
     request_id=st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=12),
 )
 def test_result_encoding_matches_the_sdk(
-    encoding_endpoint: McpEndpoint,
-    version: str,
+    encoding: Encoding,
+    version: str | None,
     text: str,
     is_error: bool,
     structured: dict[str, Any] | None,
     request_id: int | str,
 ) -> None:
-    """The fast path's template encoding gives the bytes the SDK's serializer and transport give, for
-    any text and any JSON object an upstream can answer (unicode, control characters, big integers,
-    floats of every magnitude, nesting) in every revision."""
-    fast = encoding_endpoint.fast
-    assert fast is not None
-    encoded = fast.results.encode(version, version == MODERN, request_id, Reply(text, is_error, structured))
-    result = fast.results.serialize("tools/call", version, call_result(text, is_error, structured))
-    message = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)
-    if version == MODERN:  # the SDK's modern single-exchange writer
-        expected = json.dumps(
-            message.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":")
-        ).encode()
-    else:  # the SDK's stateless JSON-response transport
-        expected = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-    assert encoded == expected
+    """For any text and any JSON object an upstream can answer (unicode, control characters, big
+    integers, floats of every magnitude, nesting) in every revision, the fast path (which answered:
+    ``fast_calls``) sends the bytes the SDK's own stateless app sends for the same handler reply."""
+    message = call("get_counter_value", {}, request_id, META if version == MODERN else None)
+    reply = Reply(text, is_error, structured)
+    fast, sdk, took_fast = encoding.both(reply, message, era_headers(version, "get_counter_value"))
+    assert took_fast, "the fast path did not answer the call"
+    same(fast, sdk)
+    result = fast.json()["result"]
+    assert result["content"] == [{"type": "text", "text": text}] and result["isError"] is is_error
+    assert result.get("structuredContent") == structured

@@ -1,4 +1,8 @@
-"""Tests for bridge.naming: rendering per client convention and resolution back to canonical."""
+"""Tests for bridge.naming: rendering per client convention, and resolution back to canonical names
+on evidence only (a known server alias, or one the session's log proves).
+
+Render expectations are literal strings from each client's published rule (docs/naming.md); the
+names real clients emitted are in tests/fixtures/client_names/ (tests/test_naming_clients.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +10,19 @@ import hashlib
 import string
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.naming import CONVENTIONS, Resolution, render, resolve
+from bridge import naming
+from bridge.naming import (
+    CONVENTIONS,
+    EmittedCall,
+    Resolution,
+    canonical_arguments,
+    prove_aliases,
+    render,
+    resolve,
+)
 
 LONG = "customer_relationship_manager_update_customer"  # workplace_assistant, 45 chars
 KNOWN = (
@@ -104,160 +117,160 @@ def test_render_unknown_convention() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# resolve: examples
+# resolve: examples (the server part must be a known alias)
 # --------------------------------------------------------------------------------------------
 
 RESOLVE_CASES = [
-    ("increment_counter", "increment_counter", "exact"),
-    ("mcp__counter__increment_counter", "increment_counter", "claude-code"),
-    ("mcp__my__srv__get_counter_value", "get_counter_value", "claude-code"),  # server has "__"
-    ("mcp__plugin_gym_counter__get_counter_value", "get_counter_value", "claude-plugin"),
-    ("mcp__workplace_assistant__customer_relationship_man_" + CODEX_LONG_HASH, LONG, "codex"),
-    ("mcp__workplace-assistant" + CODEX_LEGACY_HASH, LONG, "codex-legacy"),
-    ("mcp_counter_extract_synonym_values", "extract_synonym_values", "gemini"),
-    ("mcp_workplace-assistant_custom...onship_manager_update_customer", LONG, "gemini"),
-    ("mcp_counter__increment_counter", "increment_counter", "agents-sdk"),
-    ("mcp_workplace-assistant__customer_relationship_manager_" + AGENTS_LONG_HASH, LONG, "agents-sdk"),
-    ("counter__get_counter_value", "get_counter_value", "goose"),
-    ("counter_get_counter_value", "get_counter_value", "opencode"),
-    ("workplace-assistant-customer-relationship-manager-update-customer", LONG, "contextforge"),
-]
+    ("increment_counter", "counter", "increment_counter", "exact"),
+    ("mcp__counter__increment_counter", "counter", "increment_counter", "claude-code"),
+    ("mcp__my__srv__get_counter_value", "my__srv", "get_counter_value", "claude-code"),  # "__" inside
+    ("mcp__plugin_gym_counter__get_counter_value", "plugin:gym:counter", "get_counter_value", "claude-code"),
+    ("mcp__workplace_assistant__customer_relationship_man_" + CODEX_LONG_HASH, "workplace-assistant", LONG, "codex"),
+    ("mcp__workplace-assistant" + CODEX_LEGACY_HASH, "workplace-assistant", LONG, "codex-legacy"),
+    ("mcp_counter_extract_synonym_values", "counter", "extract_synonym_values", "gemini"),
+    ("mcp_workplace-assistant_custom...onship_manager_update_customer", "workplace-assistant", LONG, "gemini"),
+    ("mcp_counter__increment_counter", "counter", "increment_counter", "agents-sdk"),
+    ("mcp_workplace-assistant__customer_relationship_manager_" + AGENTS_LONG_HASH, "workplace-assistant", LONG, "agents-sdk"),
+    ("counter__get_counter_value", "counter", "get_counter_value", "goose"),
+    ("counter_get_counter_value", "counter", "get_counter_value", "opencode"),
+    ("workplace-assistant-customer-relationship-manager-update-customer", "workplace-assistant", LONG, "contextforge"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("emitted", "canonical", "convention"), RESOLVE_CASES)
-def test_resolve(emitted: str, canonical: str, convention: str) -> None:
-    result = resolve(emitted, KNOWN)
+@pytest.mark.parametrize(("emitted", "alias", "canonical", "convention"), RESOLVE_CASES)
+def test_resolve_under_a_known_alias(emitted: str, alias: str, canonical: str, convention: str) -> None:
+    result = resolve(emitted, KNOWN, [alias])
     assert result == Resolution(emitted, canonical, convention, (canonical,))
     assert result.status == ("exact" if convention == "exact" else "resolved")
+
+
+@pytest.mark.parametrize(("emitted", "alias", "canonical", "convention"), RESOLVE_CASES[1:])
+def test_the_same_names_under_an_unknown_alias_stay_unresolved(
+    emitted: str, alias: str, canonical: str, convention: str
+) -> None:
+    result = resolve(emitted, KNOWN, ["gym"])
+    assert result.canonical is None and result.status == "unresolved"
+    assert result.reason == "unknown server alias", result
+
+
+def test_the_reported_guesses_of_the_old_resolver_stay_unresolved() -> None:
+    # from the reward-integrity issue: each of these scored 1.0 where Gym natively gives 0.0
+    assert resolve("mcp__filesystem__read_file", ["read_file"], ["gym"]).reason == "unknown server alias"
+    assert resolve("web_search", ["search"], ["gym"]).reason == "unknown server alias"
+    assert resolve("search_extract_x", ["extract_x"], ["gym"]).reason == "unknown server alias"
+    assert resolve("mcp__gym__read_files", ["read_file"], ["gym"]).reason == "unknown tool"
+    assert resolve("totally_made_up", ["read_file"], ["gym"]).reason == "unknown tool"
+
+
+def test_a_codex_namespace_names_the_server() -> None:
+    # an exact tool name inside another server's namespace is that server's tool, not ours
+    assert resolve("read_file", ["read_file"], ["gym"], namespace="mcp__gym__").canonical == "read_file"
+    assert resolve("read_file", ["read_file"], ["gym"], namespace="mcp__gym").canonical == "read_file"
+    foreign = resolve("read_file", ["read_file"], ["gym"], namespace="mcp__filesystem__")
+    assert foreign.canonical is None and foreign.reason == "unknown server alias"
 
 
 def test_sanitized_known_name_resolves() -> None:
     # Current Codex and opencode replace '.' / '-' in tool names; the known name is the raw one.
     known = ("get-counter.value", "increment_counter")
-    assert resolve("mcp__counter__get_counter_value", known).canonical == "get-counter.value"
-    assert resolve("counter_get-counter_value", known).canonical == "get-counter.value"
-    assert resolve("counter-get-counter-value", known).canonical == "get-counter.value"
+    assert resolve("mcp__counter__get_counter_value", known, ["counter"]).canonical == "get-counter.value"
+    assert resolve("counter_get-counter_value", known, ["counter"]).canonical == "get-counter.value"
+    assert resolve("counter-get-counter-value", known, ["counter"]).canonical == "get-counter.value"
 
 
-@pytest.mark.parametrize(
-    ("emitted", "known", "candidates"),
-    [
-        # opencode: server "srv" + tool "a_b", or server "srv_a" + tool "b"
-        ("srv_a_b", ("a_b", "b"), ("a_b", "b")),
-        # claude-code: server "x" + "a__b", or server "x__a" + "b"
-        ("mcp__x__a__b", ("a__b", "b"), ("a__b", "b")),
-        # gemini: server "srv" + "get_value", or server "srv_get" + "value"
-        ("mcp_srv_get_value", ("get_value", "value", "increment_counter"), ("get_value", "value")),
-        # contextforge slugs case and '_' away: both known names slug to "get-value"
-        ("srv-get-value", ("Get_Value", "get-value"), ("Get_Value", "get-value")),
-        # goose vs. opencode reading of the same string
-        ("srv__tool", ("tool", "_tool"), ("_tool", "tool")),
-    ],
-)
-def test_ambiguous_is_reported_not_guessed(
-    emitted: str, known: tuple[str, ...], candidates: tuple[str, ...]
-) -> None:
-    result = resolve(emitted, known)
-    assert result.canonical is None
-    assert result.convention is None
-    assert result.candidates == candidates
-    assert result.status == "ambiguous"
-
-
-@pytest.mark.parametrize(
-    "emitted",
-    [
-        "delete_everything",
-        "mcp__counter__decrement_counter",
-        "mcp__counter__",
-        "increment_counter_",  # no rule adds a trailing separator
-        "Increment_Counter",  # case differs and no case-folding client emits mcp-less names
-        "",
-    ],
-)
-def test_unknown_names_are_unresolved(emitted: str) -> None:
-    result = resolve(emitted, KNOWN)
-    assert result == Resolution(emitted, None, None, ())
-    assert result.status == "unresolved"
+def test_ambiguous_is_reported_not_guessed() -> None:
+    # ContextForge lowercases and turns "_" into "-": both tools slug to "get-x"
+    result = resolve("gym-get-x", ("get_x", "get-x"), ["gym"])
+    assert result.canonical is None and result.candidates == ("get-x", "get_x")
+    assert result.reason == "ambiguous: get-x | get_x"
+    # two known aliases that explain one single-"_" name with two different tools
+    result = resolve("gym_web_search", ("search", "web_search"), ["gym", "gym_web"])
+    assert result.canonical is None and result.reason == "ambiguous: search | web_search"
 
 
 def test_hash_suffix_is_verified_not_trusted() -> None:
-    good = "mcp__workplace_assistant__customer_relationship_man_" + CODEX_LONG_HASH
-    bad = good[:-1] + ("0" if good[-1] != "0" else "1")
-    assert resolve(good, KNOWN).canonical == LONG
-    assert resolve(bad, KNOWN).status == "unresolved"
-    agents_bad = "mcp_workplace-assistant__customer_relationship_manager_" + "0" * 8
-    assert resolve(agents_bad, KNOWN).status == "unresolved"
-    legacy_bad = "mcp__workplace-assistant" + "f" * 40
-    assert resolve(legacy_bad, KNOWN).status == "unresolved"
-
-
-def test_hash_tells_apart_tools_with_a_shared_truncated_prefix() -> None:
-    update, delete = LONG, "customer_relationship_manager_delete_customer"
-    known = (update, delete)
-    for tool in known:
-        for convention in ("codex", "codex-legacy", "agents-sdk"):
-            emitted = render(tool, "workplace-assistant", convention)
-            assert resolve(emitted, known).canonical == tool, (convention, emitted)
+    good = render(LONG, "workplace-assistant", "codex")
+    bad = good[:-12] + ("0" * 12 if not good.endswith("0" * 12) else "1" * 12)
+    assert resolve(good, KNOWN, ["workplace-assistant"]).canonical == LONG
+    assert resolve(bad, KNOWN, ["workplace-assistant"]).canonical is None
+    agents_bad = render(LONG, "workplace-assistant", "agents-sdk")[:-8] + "deadbeef"
+    assert resolve(agents_bad, KNOWN, ["workplace-assistant"]).canonical is None
+    # the right hash from another server name proves nothing about ours
+    other = render(LONG, "workplace-assistant-2", "codex")
+    assert resolve(other, KNOWN, ["workplace-assistant"]).canonical is None
 
 
 def test_codex_collision_hash_resolves_each_raw_tool() -> None:
-    # "get-x" and "get_x" both sanitize to "get_x"; Codex appends "_" + 12 hex of the raw identity.
-    known = ("get-x", "get_x")
+    known = ("get_x", "get-x")
     for tool in known:
         emitted = "mcp__srv__get_x_" + sha1(f"srv\0srv\0\0{tool}\0{tool}")[:12]
-        assert resolve(emitted, known) == Resolution(emitted, tool, "codex", (tool,))
-    # the unhashed sanitized form cannot tell them apart
-    assert resolve("mcp__srv__get_x", known).candidates == ("get-x", "get_x")
+        assert resolve(emitted, known, ["srv"]).canonical == tool
+    # the unhashed flat name is what both would be without the collision rule: ambiguous
+    assert resolve("mcp__srv__get_x", known, ["srv"]).candidates == ("get-x", "get_x")
 
 
-def test_codex_hash_with_older_namespace_identity() -> None:
-    for namespace in ("mcp__workplace-assistant", "mcp__workplace-assistant__"):
-        identity = f"workplace-assistant\0{namespace}\0\0{LONG}\0{LONG}"
-        emitted = "mcp__workplace_assistant__customer_relationship_man_" + sha1(identity)[:12]
-        assert resolve(emitted, KNOWN).canonical == LONG
-
-
-@pytest.mark.parametrize(
-    ("namespace", "name", "canonical"),
-    [
-        ("mcp__counter", "increment_counter", "increment_counter"),  # plain: exact
-        ("mcp__counter__", "get_counter_value", "get_counter_value"),  # older trailing "__"
-        ("mcp__workplace_assistant", "customer_relationship_man_" + CODEX_LONG_HASH, LONG),
-    ],
-)
-def test_namespaced_codex_items(namespace: str, name: str, canonical: str) -> None:
-    assert resolve(name, KNOWN, namespace=namespace).canonical == canonical
-
-
-def test_namespaced_codex_item_with_sanitized_name() -> None:
-    known = ("get-counter-value", "increment_counter")
-    result = resolve("get_counter_value", known, namespace="mcp__counter")
-    assert result == Resolution("get_counter_value", "get-counter-value", "codex", ("get-counter-value",))
-    assert resolve("reset_counter", known, namespace="mcp__counter").status == "unresolved"
-
-
-def test_exact_match_wins_even_over_a_rule_match() -> None:
-    # "srv_a" is itself known; opencode's rendering of "a" on server "srv" is the same string.
-    # The brief's rule: exact wins. This is the one case resolution cannot see through.
-    assert resolve("srv_a", ("a", "srv_a")) == Resolution("srv_a", "srv_a", "exact", ("srv_a",))
+def test_exact_match_wins() -> None:
+    # "srv_a" is itself a tool; opencode's rendering of "a" on server "srv" is the same string
+    assert resolve("srv_a", ("a", "srv_a"), ["srv"]).canonical == "srv_a"
 
 
 def test_known_may_be_any_collection() -> None:
     emitted = "mcp__counter__increment_counter"
     for known in (list(KNOWN), set(KNOWN), frozenset(KNOWN), dict.fromkeys(KNOWN)):
-        assert resolve(emitted, known).canonical == "increment_counter"
+        assert resolve(emitted, known, ("counter",)).canonical == "increment_counter"
 
 
 # --------------------------------------------------------------------------------------------
-# Property-based
+# Aliases proven by the session's log
 # --------------------------------------------------------------------------------------------
 
-NAME_ALPHABET = string.ascii_letters + string.digits + "_-"
-tool_names = st.text(alphabet=NAME_ALPHABET, min_size=1, max_size=80)
-tool_sets = st.sets(tool_names, min_size=1, max_size=20)
-segment = st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=6)
-# Servers start and end alphanumerically and may contain "_", "-" or "__" (at most 3 segments).
+
+def call(name: str, arguments: str, namespace: str | None = None) -> EmittedCall:
+    return EmittedCall(name, namespace, canonical_arguments(arguments))
+
+
+def served(*calls: tuple[str, dict[str, object]]) -> list[tuple[str, bytes | None]]:
+    return [(tool, canonical_arguments(arguments)) for tool, arguments in calls]
+
+
+def test_an_alias_is_proven_by_a_served_call_with_equal_arguments() -> None:
+    calls = [call("mcp__myenv__increment_counter", '{"count": 3}')]
+    log = served(("increment_counter", {"count": 3}))
+    assert prove_aliases(calls, KNOWN, ["counter"], log) == {"myenv"}
+    # key order and spacing do not matter; values do
+    assert prove_aliases([call("mcp__myenv__increment_counter", '{ "count":3 }')], KNOWN, [], log) == {
+        "myenv"
+    }
+    assert prove_aliases([call("mcp__myenv__increment_counter", '{"count": 4}')], KNOWN, [], log) == set()
+    assert prove_aliases([call("mcp__myenv__increment_counter", "not json")], KNOWN, [], log) == set()
+
+
+def test_a_foreign_call_with_the_same_arguments_proves_nothing() -> None:
+    # the model called our read_file once (as mcp__gym__...), and a filesystem server's read_file
+    # with the same arguments: the one served call belongs to the call under the known alias
+    calls = [
+        call("mcp__gym__read_file", '{"path": "a"}'),
+        call("mcp__filesystem__read_file", '{"path": "a"}'),
+    ]
+    assert prove_aliases(calls, ["read_file"], ["gym"], served(("read_file", {"path": "a"}))) == set()
+    # ... but a second served call does prove it (two calls were really served)
+    twice = served(("read_file", {"path": "a"}), ("read_file", {"path": "a"}))
+    assert prove_aliases(calls, ["read_file"], ["gym"], twice) == {"filesystem"}
+
+
+def test_proof_is_transitive_through_later_calls() -> None:
+    # once proven by one call, the alias resolves the session's other calls under it
+    calls = [call("mcp__env__increment_counter", '{"count": 2}'), call("mcp__env__get_counter_value", "{}")]
+    aliases = prove_aliases(calls, KNOWN, [], served(("increment_counter", {"count": 2})))
+    assert aliases == {"env"}
+    assert resolve("mcp__env__get_counter_value", KNOWN, aliases).canonical == "get_counter_value"
+
+
+# --------------------------------------------------------------------------------------------
+# Property: a name resolves to the tool the client really called, or stays unresolved
+# --------------------------------------------------------------------------------------------
+
+segment = st.text(alphabet=string.ascii_lowercase + string.digits, min_size=1, max_size=5)
 servers = st.builds(
     lambda first, rest: first + "".join(sep + part for sep, part in rest),
     segment,
@@ -265,100 +278,96 @@ servers = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(known=tool_sets, server=servers)
-def test_rendering_never_resolves_to_a_different_tool(known: set[str], server: str) -> None:
-    for convention in CONVENTIONS:
-        for tool in known:
-            emitted = render(tool, server, convention)
-            if emitted in known and emitted != tool:
-                # Exact match wins by rule; the emitted string *is* another known tool.
-                continue
-            result = resolve(emitted, known)
-            assert result.canonical in (tool, None), (convention, tool, emitted, result)
-            if result.canonical is None:
-                assert tool in result.candidates, (convention, tool, emitted, result)
-                assert len(result.candidates) > 1, (convention, tool, emitted, result)
+def literal_names(tools: set[str], alias: str) -> set[str]:
+    """Every string some client (any rule variant) shows for one of ``tools`` under ``alias``."""
+    names = set(tools) | {render(t, alias, c) for t in tools for c in CONVENTIONS}
+    return names | {name for t in tools for name, _ in naming._renderings(t, alias)}
 
 
-@settings(max_examples=100, deadline=None)
-@given(known=tool_sets, extra=tool_sets, server=servers, data=st.data())
-def test_more_known_names_never_change_a_resolution_into_another(
-    known: set[str], extra: set[str], server: str, data: st.DataObject
+@st.composite
+def adversarial_tool_sets(draw: st.DrawFn) -> tuple[set[str], str]:
+    """A tool set built to confuse a resolver, and one known alias: names that are prefixes and
+    suffixes of one another, "_"/"-"/case variants, names that embed the alias or a foreign server
+    part, and hallucination-shaped names (``web_`` + a tool)."""
+    alias = draw(servers)
+    base = draw(st.lists(segment, min_size=1, max_size=4, unique=True))
+    names: set[str] = set(base)
+    for word in base:
+        names.update(
+            draw(
+                st.sets(
+                    st.sampled_from(
+                        [
+                            f"{word}_{base[0]}",
+                            f"{base[0]}_{word}",
+                            f"{word}-{base[-1]}",
+                            word.upper(),
+                            f"web_{word}",
+                            f"{alias}_{word}",
+                            f"{alias}__{word}",
+                            f"mcp__{alias}__{word}",
+                            f"get_{word}",
+                            word + "x" * 40,
+                        ]
+                    ),
+                    max_size=4,
+                )
+            )
+        )
+    return {n[:128] for n in names}, alias
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=adversarial_tool_sets(), data=st.data())
+def test_a_call_under_a_known_alias_never_resolves_to_another_tool(
+    case: tuple[set[str], str], data: st.DataObject
 ) -> None:
-    tool = data.draw(st.sampled_from(sorted(known)))
+    tools, alias = case
+    tool = data.draw(st.sampled_from(sorted(tools)))
     convention = data.draw(st.sampled_from(CONVENTIONS))
-    emitted = render(tool, server, convention)
-    assume(emitted not in extra or emitted in known)
-    small, large = resolve(emitted, known), resolve(emitted, known | extra)
-    assert set(small.candidates) <= set(large.candidates)
-    assert large.canonical in (small.canonical, None)
+    emitted = render(tool, alias, convention)
+    result = resolve(emitted, tools, [alias])
+    if emitted in tools:
+        assert result.canonical == emitted  # exact wins: the string is that tool's own name
+    else:
+        assert result.canonical in (tool, None), (convention, tool, emitted, result)
 
 
-WORDS = [
-    "get",
-    "set",
-    "list",
-    "create",
-    "update",
-    "delete",
-    "find",
-    "search",
-    "count",
-    "increment",
-    "reset",
-    "read",
-    "write",
-    "send",
-    "customer",
-    "relationship",
-    "manager",
-    "company",
-    "directory",
-    "email",
-    "calendar",
-    "event",
-    "project",
-    "task",
-    "counter",
-    "value",
-    "synonym",
-    "extract",
-    "analytics",
-    "visitor",
-    "ticket",
-    "order",
-    "invoice",
-    "account",
-]
-realistic_names = st.lists(st.sampled_from(WORDS), min_size=2, max_size=8).map("_".join)
-realistic_servers = st.sampled_from(
-    ["counter", "workplace_assistant", "workplace-assistant", "gym", "my__srv", "synonyms2"]
-)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=adversarial_tool_sets(), foreign=servers, data=st.data())
+def test_a_foreign_servers_call_resolves_only_as_a_literal_call_of_ours(
+    case: tuple[set[str], str], foreign: str, data: st.DataObject
+) -> None:
+    """A call to another server (or a hallucinated prefix) is unresolved, unless its string is
+    literally what a client shows for one of our tools under our alias (then no one, the bridge
+    included, can tell them apart; the log proof below settles such cases)."""
+    tools, alias = case
+    if foreign == alias:
+        foreign += "x"
+    tool = data.draw(st.sampled_from(sorted(tools)))
+    convention = data.draw(st.sampled_from([c for c in CONVENTIONS if c != "bare"]))
+    emitted = render(tool, foreign, convention)
+    result = resolve(emitted, tools, [alias])
+    if result.canonical is not None:
+        assert emitted in literal_names(tools, alias), (convention, foreign, tool, emitted, result)
 
 
-def _non_adversarial(names: set[str]) -> bool:
-    """Distinct names, none a prefix or suffix of another, distinct Gemini 30-char tails."""
-    tails = {("_" + n)[-30:] for n in names}
-    return len(tails) == len(names) and not any(
-        a != b and (a.startswith(b) or a.endswith(b)) for a in names for b in names
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=adversarial_tool_sets(), foreign=servers, data=st.data())
+def test_a_foreign_call_is_never_proven_without_a_served_call_of_its_own(
+    case: tuple[set[str], str], foreign: str, data: st.DataObject
+) -> None:
+    tools, alias = case
+    if foreign == alias:
+        foreign += "x"
+    tool = data.draw(st.sampled_from(sorted(tools)))
+    convention = data.draw(
+        st.sampled_from(["claude-code", "codex", "agents-sdk", "gemini", "goose", "opencode"])
     )
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(
-    known=st.sets(realistic_names, min_size=1, max_size=12).filter(_non_adversarial), server=realistic_servers
-)
-def test_realistic_tool_sets_resolve_uniquely(known: set[str], server: str) -> None:
-    for convention in CONVENTIONS:
-        for tool in known:
-            emitted = render(tool, server, convention)
-            result = resolve(emitted, known)
-            assert result.canonical == tool, (convention, tool, emitted, result)
-            assert result.candidates == (tool,)
-
-
-def test_older_opencode_dash_to_underscore() -> None:
-    # older opencode turned "-" in tool names into "_" (and the server kept its own spelling)
-    known = ("get-counter", "increment_counter")
-    assert resolve("counter_get_counter", known).canonical == "get-counter"
+    ours = call(render(tool, alias, convention), '{"a": 1}')
+    theirs = call(render(tool, foreign, convention), '{"a": 1}')
+    if ours.name in tools and ours.name != tool:
+        return  # our call's name is literally another tool (exact wins): it is not a call of `tool`
+    proven = prove_aliases([ours, theirs], tools, [alias], served((tool, {"a": 1})))
+    if resolve(theirs.name, tools, [alias, *proven]).canonical is not None:
+        assert theirs.name in literal_names(tools, alias)

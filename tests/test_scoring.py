@@ -43,7 +43,9 @@ def multi_step(log_dir: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def workplace(log_dir: Path) -> Any:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir)
+    bridge = BridgeProcess(
+        args=["--resources-server", "workplace_assistant", "--server-aliases", "workplace"]
+    ).start(log_dir)
     yield bridge
     bridge.stop()
 
@@ -60,6 +62,20 @@ def multi_step_pair() -> tuple[dict[str, Any], dict[str, Any]]:
     return rollout, row
 
 
+def gym_response() -> dict[str, Any]:
+    """An empty Responses object (the fields Gym's verify models require)."""
+    return {
+        "id": "resp_scoring_test",
+        "object": "response",
+        "created_at": 0,
+        "model": "scoring-test",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
 def rename(response: dict[str, Any], convention: str, server: str) -> dict[str, Any]:
     renamed = copy.deepcopy(response)
     for item in renamed["output"]:
@@ -74,11 +90,15 @@ def test_multi_step_scores_1_for_every_convention_and_echoes_names_as_emitted(
 ) -> None:
     rollout, row = multi_step_pair()
     seed = multi_step.seed(row)
-    server = "gym:synonyms" if convention == "claude-plugin" else "synonyms"
+    name = seed["mcp"]["server_name"]  # the name client-config and Gym's own agents configure
+    server = f"gym:{name}" if convention == "claude-plugin" else name
     response = rename(rollout["response"], convention, server)
     emitted = [i["name"] for i in response["output"] if i.get("type") == "function_call"]
+    body: dict[str, Any] = {"response": response}
+    if convention == "claude-plugin":  # the plugin's server part is an alias the caller declares
+        body["_bridge"] = {"server_aliases": [f"plugin:gym:{name}"]}
     verdict = httpx.post(
-        f"{multi_step.url}/verify", json={"response": response}, headers=seed["mcp"]["headers"], timeout=60
+        f"{multi_step.url}/verify", json=body, headers=seed["mcp"]["headers"], timeout=60
     ).json()
     assert verdict["reward"] == 1.0, verdict
     echoed = [i["name"] for i in verdict["response"]["output"] if i.get("type") == "function_call"]
@@ -101,8 +121,86 @@ def test_unknown_name_is_reported_unresolved_and_scores_0(multi_step: BridgeProc
     verdict = httpx.post(
         f"{multi_step.url}/verify", json={"response": response}, headers=seed["mcp"]["headers"]
     ).json()
-    assert verdict["_bridge"]["unresolved"] == ["mcp__synonyms__submit_values"]
+    assert verdict["_bridge"]["unresolved"] == [
+        {"name": "mcp__synonyms__submit_values", "reason": "unknown tool"}
+    ]
     assert verdict["reward"] == 0.0
+
+
+@pytest.mark.parametrize("convention", ["claude-code", "codex", "gemini", "agents-sdk", "goose", "opencode"])
+def test_a_server_name_with_no_evidence_scores_as_gym_scores_it(
+    multi_step: BridgeProcess, convention: str
+) -> None:
+    """Names under a server part the bridge has no evidence for (not the seeded name, not declared,
+    not proven by the session's log) stay as emitted: Gym scores them 0.0, natively and bridged."""
+    rollout, row = multi_step_pair()
+    seed = multi_step.seed(row)
+    response = rename(rollout["response"], convention, "filesystem")
+    verdict = httpx.post(
+        f"{multi_step.url}/verify", json={"response": response}, headers=seed["mcp"]["headers"], timeout=60
+    ).json()
+    assert verdict["reward"] == 0.0
+    reasons = {u["reason"] for u in verdict["_bridge"]["unresolved"]}
+    assert reasons == {"unknown server alias"}, verdict["_bridge"]
+    upstream = multi_step.health()["upstream"]["url"]
+    with httpx.Client(base_url=upstream) as native:
+        native.post("/seed_session", json=row).raise_for_status()
+        assert native.post("/verify", json={**row, "response": response}).json()["reward"] == 0.0
+
+
+def test_an_alias_declared_in_the_verify_body_is_trusted(multi_step: BridgeProcess) -> None:
+    rollout, row = multi_step_pair()
+    seed = multi_step.seed(row)
+    response = rename(rollout["response"], "claude-code", "synonyms")
+    headers = seed["mcp"]["headers"]
+    plain = httpx.post(f"{multi_step.url}/verify", json={"response": response}, headers=headers, timeout=60)
+    assert plain.json()["reward"] == 0.0
+    body = {"response": response, "_bridge": {"server_aliases": ["synonyms"]}}
+    declared = httpx.post(f"{multi_step.url}/verify", json=body, headers=headers, timeout=60).json()
+    assert declared["reward"] == 1.0 and declared["_bridge"]["unresolved"] == []
+    bad = httpx.post(
+        f"{multi_step.url}/verify", json={**body, "_bridge": {"server_aliases": "synonyms"}}, headers=headers
+    )
+    assert bad.status_code == 400 and "server_aliases" in bad.json()["detail"]
+
+
+async def test_an_alias_is_proven_by_the_sessions_own_mcp_calls(counter_bridge: BridgeProcess) -> None:
+    """The harness named the server "my-harness-env" (the bridge was never told): its calls went
+    through the bridge with the same arguments, so the log proves the alias; a call the bridge
+    never served with those arguments, under a foreign server, proves nothing."""
+    seed = counter_bridge.seed(counter_row(2, 7))
+    token = seed["mcp"]["headers"][HEADER]
+    async with mcp_client(f"{counter_bridge.url}/mcp", token) as client:
+        await client.call_tool("increment_counter", {"count": 5})
+        await client.call_tool("get_counter_value", {})
+
+    def fc(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+
+    output = [
+        fc("c1", "mcp__my-harness-env__increment_counter", '{"count": 5}'),
+        fc("c2", "mcp__my-harness-env__get_counter_value", "{}"),
+        fc("c3", "mcp__other__increment_counter", '{"count": 5}'),
+    ]
+    response = {**gym_response(), "output": output}
+    verdict = httpx.post(
+        f"{counter_bridge.url}/verify", json={"response": response}, headers={HEADER: token}, timeout=60
+    ).json()
+    report = verdict["_bridge"]
+    assert report["proven_aliases"] == ["my-harness-env"]
+    assert report["normalized"] == {
+        "mcp__my-harness-env__increment_counter": "increment_counter",
+        "mcp__my-harness-env__get_counter_value": "get_counter_value",
+    }
+    assert report["unresolved"] == [
+        {"name": "mcp__other__increment_counter", "reason": "unknown server alias"}
+    ]
 
 
 def test_without_normalization_the_same_rollout_would_score_0(multi_step: BridgeProcess) -> None:
@@ -115,16 +213,26 @@ def test_without_normalization_the_same_rollout_would_score_0(multi_step: Bridge
         assert native.post("/verify", json={**row, "response": response}).json()["reward"] == 0.0
 
 
-def test_sessionless_verify_normalizes_against_the_body_tools(multi_step: BridgeProcess) -> None:
-    rollout, row = multi_step_pair()
-    response = rename(rollout["response"], "gemini", "synonyms")
-    verdict = httpx.post(f"{multi_step.url}/verify", json={**row, "response": response}).json()
-    assert verdict["reward"] == 1.0
+def test_sessionless_verify_normalizes_against_the_body_tools(workplace: BridgeProcess) -> None:
+    """No session: the body's own tools, and the aliases of the --server-aliases setting."""
+    row = gym_data("workplace_assistant")[0]
+    output = [
+        {
+            "type": "function_call",
+            "call_id": f"c{i}",
+            "name": f"mcp_workplace_{c['name']}",
+            "arguments": c["arguments"],
+            "status": "completed",
+        }
+        for i, c in enumerate(row["ground_truth"])
+    ]
+    response = {**gym_response(), "output": output}
+    verdict = httpx.post(f"{workplace.url}/verify", json={**row, "response": response}, timeout=60).json()
+    assert verdict["reward"] == 1.0, verdict.get("_bridge")
     assert verdict["_bridge"]["recorded_tool_calls"] == 0
-    assert verdict["_bridge"]["normalized"] == {
-        "mcp_synonyms_get_synonym_value": "get_synonym_value",
-        "mcp_synonyms_extract_synonym_values": "extract_synonym_values",
-    }
+    assert sorted(verdict["_bridge"]["normalized"].values()) == sorted(
+        {c["name"] for c in row["ground_truth"]}
+    )
 
 
 def test_codex_namespaced_items_resolve(multi_step: BridgeProcess) -> None:
@@ -132,14 +240,14 @@ def test_codex_namespaced_items_resolve(multi_step: BridgeProcess) -> None:
     response = copy.deepcopy(rollout["response"])
     for item in response["output"]:
         if item.get("type") == "function_call":
-            item["namespace"] = "mcp__synonyms"
+            item["namespace"] = "mcp__example_multi_step"
     seed = multi_step.seed(row)
     verdict = httpx.post(
         f"{multi_step.url}/verify", json={"response": response}, headers=seed["mcp"]["headers"]
     ).json()
     assert verdict["reward"] == 1.0
     calls = [i for i in verdict["response"]["output"] if i.get("type") == "function_call"]
-    assert all(i["namespace"] == "mcp__synonyms" for i in calls), "namespaces are echoed as emitted"
+    assert all(i["namespace"] == "mcp__example_multi_step" for i in calls), "namespaces are echoed as emitted"
 
 
 async def test_openai_chat_and_anthropic_trajectories_score_the_counter(

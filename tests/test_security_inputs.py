@@ -9,7 +9,6 @@ to run against; hypothesis covers that surface instead.
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 import urllib.parse
@@ -22,7 +21,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.rest import RestSurface
 from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
 from tests.fixtures.helpers import (
     API_KEY,
@@ -40,7 +38,7 @@ from tests.fixtures.helpers import (
 )
 
 pytestmark = pytest.mark.anyio
-FUZZ_CASES = 250  # per target; five targets
+FUZZ_CASES = 250  # per target (test); four targets
 
 
 @pytest.fixture(scope="module")
@@ -214,9 +212,12 @@ HEADER_SETS = ["none", "token", "garbage token", "bearer"]
 
 
 class Fuzz:
-    def __init__(self, bridge: BridgeProcess, token: str) -> None:
+    """One fuzz target's client and tallies; ``send`` checks each case, ``check`` the whole run."""
+
+    def __init__(self, bridge: BridgeProcess, token: str, capsys: pytest.CaptureFixture[str]) -> None:
         self.bridge = bridge
         self.token = token
+        self.capsys = capsys
         self.http = httpx.Client(timeout=10)
         self.cases = 0
         self.statuses: dict[int, int] = {}
@@ -240,97 +241,129 @@ class Fuzz:
         assert "Traceback" not in response.text, (path, body[:200], response.text[:300])
         assert elapsed < 10, (path, body[:200], elapsed)
 
+    def check(self, target: str) -> None:
+        """Every case of this test ran (hypothesis did not stop short) and the bridge is still healthy."""
+        assert self.cases >= FUZZ_CASES, f"{target}: only {self.cases} of {FUZZ_CASES} cases ran"
+        statuses = dict(sorted(self.statuses.items()))
+        with self.capsys.disabled():
+            print(f"\n[figures] fuzz {target}: {self.cases} cases, statuses {statuses}, 0 with 5xx")
+        assert self.bridge.health()["status"] == "ok"
+
 
 @pytest.fixture(scope="module")
-def fuzz(log_dir: Path, upstream: str) -> Iterator[Fuzz]:
+def fuzz_bridge(log_dir: Path, upstream: str) -> Iterator[tuple[BridgeProcess, str]]:
     bridge = external_bridge(log_dir, upstream, "--tool-timeout-s", "3")
-    target = Fuzz(bridge, seed(bridge, openapi_row(0)))
-    yield target
-    target.http.close()
+    yield bridge, seed(bridge, openapi_row(0))
     assert bridge_log_problems(bridge.log()) == []
     bridge.stop()
+
+
+@pytest.fixture
+def fuzz(fuzz_bridge: tuple[BridgeProcess, str], capsys: pytest.CaptureFixture[str]) -> Iterator[Fuzz]:
+    """A fresh tally per test; the bridge and its session are the module's."""
+    target = Fuzz(*fuzz_bridge, capsys)
+    yield target
+    target.http.close()
 
 
 FUZZ_SETTINGS = settings(
     max_examples=FUZZ_CASES,
     deadline=None,
     database=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.data_too_large,
-    ],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
-@FUZZ_SETTINGS
-@given(body=mcp_bodies, headers=st.sampled_from(HEADER_SETS))
-def test_fuzz_mcp_jsonrpc(fuzz: Fuzz, body: bytes, headers: str) -> None:
-    fuzz.send("/mcp", body, headers, "application/json")
+def test_fuzz_mcp_jsonrpc(fuzz: Fuzz) -> None:
+    @FUZZ_SETTINGS
+    @given(body=mcp_bodies, headers=st.sampled_from(HEADER_SETS))
+    def case(body: bytes, headers: str) -> None:
+        fuzz.send("/mcp", body, headers, "application/json")
+
+    case()
+    fuzz.check("MCP JSON-RPC")
 
 
-@FUZZ_SETTINGS
-@given(
-    body=mcp_bodies,
-    content_type=st.sampled_from(
-        ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=x"]
-    ),
-)
-def test_fuzz_mcp_content_types(fuzz: Fuzz, body: bytes, content_type: str) -> None:
-    fuzz.send("/mcp", body, "token", content_type)
+def test_fuzz_mcp_content_types(fuzz: Fuzz) -> None:
+    @FUZZ_SETTINGS
+    @given(
+        body=mcp_bodies,
+        content_type=st.sampled_from(
+            ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=x"]
+        ),
+    )
+    def case(body: bytes, content_type: str) -> None:
+        fuzz.send("/mcp", body, "token", content_type)
+
+    case()
+    fuzz.check("MCP content types")
 
 
-@FUZZ_SETTINGS
-@given(route=st.sampled_from(REST_ROUTES), body=rest_bodies, headers=st.sampled_from(HEADER_SETS))
-def test_fuzz_rest_surface(fuzz: Fuzz, route: str, body: bytes, headers: str) -> None:
-    fuzz.send(route, body, headers, "application/json")
+def test_fuzz_rest_surface(fuzz: Fuzz) -> None:
+    @FUZZ_SETTINGS
+    @given(route=st.sampled_from(REST_ROUTES), body=rest_bodies, headers=st.sampled_from(HEADER_SETS))
+    def case(route: str, body: bytes, headers: str) -> None:
+        fuzz.send(route, body, headers, "application/json")
+
+    case()
+    fuzz.check("REST routes")
 
 
-@FUZZ_SETTINGS
-@given(name=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=30))
-def test_fuzz_rest_tool_names(fuzz: Fuzz, name: str) -> None:
-    fuzz.send("/" + urllib.parse.quote(name, safe=""), b"{}", "token", "application/json")
+def test_fuzz_rest_tool_names(fuzz: Fuzz) -> None:
+    @FUZZ_SETTINGS
+    @given(
+        name=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=30)
+    )
+    def case(name: str) -> None:
+        fuzz.send("/" + urllib.parse.quote(name, safe=""), b"{}", "token", "application/json")
 
-
-def test_fuzz_case_count(fuzz: Fuzz, capsys: pytest.CaptureFixture[str]) -> None:
-    """Runs after the fuzz tests of this module: reports how many cases ran and what they got."""
-    assert fuzz.cases >= 3 * FUZZ_CASES
-    with capsys.disabled():
-        print(
-            f"\n[figures] fuzz: {fuzz.cases} cases, statuses {dict(sorted(fuzz.statuses.items()))}, 0 with 5xx"
-        )
-    assert fuzz.bridge.health()["status"] == "ok"
+    case()
+    fuzz.check("REST tool names")
 
 
 # -- security defaults ------------------------------------------------------------------------
 
 
-def test_api_key_required_on_rest_constant_time_and_refusals_never_reach_upstream(
-    log_dir: Path, upstream: str
-) -> None:
-    bridge = external_bridge(log_dir, upstream, "--api-key", API_KEY)
+GUARDED_ROUTES = ("/seed_session", "/verify", "/close_session", "/increment_counter", "/aggregate_metrics")
+NEAR_MISSES: list[tuple[str, dict[str, str] | dict[bytes, bytes]]] = [
+    ("no header", {}),
+    ("empty", {"authorization": ""}),
+    ("scheme only", {"authorization": "Bearer"}),
+    ("wrong key, same length", {"authorization": "Bearer " + "x" * len(API_KEY)}),
+    ("last character wrong", {"authorization": f"Bearer {API_KEY[:-1]}{chr(ord(API_KEY[-1]) ^ 1)}"}),
+    ("prefix of the key", {"authorization": f"Bearer {API_KEY[:-1]}"}),
+    ("short prefix", {"authorization": f"Bearer {API_KEY[:4]}"}),
+    ("key plus a suffix", {"authorization": f"Bearer {API_KEY}x"}),
+    ("key twice", {"authorization": f"Bearer {API_KEY}{API_KEY}"}),
+    ("no scheme", {"authorization": API_KEY}),
+    ("Basic scheme", {"authorization": f"Basic {API_KEY}"}),
+    ("Token scheme", {"authorization": f"Token {API_KEY}"}),
+    ("two spaces", {"authorization": f"Bearer  {API_KEY}"}),
+    ("another header", {"x-api-key": API_KEY, "api-key": API_KEY}),
+    ("non-ASCII, same length", {b"authorization": f"Bearer {API_KEY[:-1]}".encode() + b"\xe9"}),
+    ("non-ASCII bytes", {b"authorization": b"Bearer \xff\xfe\x80" + API_KEY.encode()}),
+]
+
+
+def test_api_key_refuses_every_near_miss_without_reaching_the_upstream(log_dir: Path, upstream: str) -> None:
+    bridge = external_bridge(log_dir, upstream, GYM_MCP_BRIDGE_API_KEY=API_KEY)
     try:
         before = upstream_posts(upstream)
-        for headers in (
-            {},
-            {"authorization": "Bearer wrong"},
-            {"authorization": API_KEY},
-            {"authorization": f"bearer  {API_KEY}x"},
-        ):
-            for route in ("/seed_session", "/verify", "/increment_counter", "/aggregate_metrics"):
-                response = httpx.post(
-                    f"{bridge.url}{route}", json=counter_row(0), headers=headers, timeout=10
-                )
-                assert response.status_code == 401, (route, headers, response.text)
-                assert "API key" in response.json()["detail"]
-        assert upstream_posts(upstream) == before
+        with httpx.Client(timeout=10) as http:
+            for label, headers in NEAR_MISSES:
+                for route in GUARDED_ROUTES:
+                    response = http.post(f"{bridge.url}{route}", json=counter_row(0), headers=headers)
+                    assert response.status_code == 401, (label, route, response.text)
+                    assert "missing or wrong API key" in response.json()["detail"], (label, route)
+        assert upstream_posts(upstream) == before, "a request without the right API key reached the upstream"
         good = httpx.post(
             f"{bridge.url}/seed_session",
             json=counter_row(0),
             headers={"authorization": f"Bearer {API_KEY}"},
             timeout=10,
         )
-        assert good.status_code == 200
+        assert good.status_code == 200, good.text
+        assert upstream_posts(upstream) == before + 1
         # probes stay open; /mcp is guarded by the session token, not the API key
         assert httpx.get(f"{bridge.url}/healthz", timeout=5).status_code == 200
         token = good.json()["mcp"]["headers"][HEADER]
@@ -338,8 +371,31 @@ def test_api_key_required_on_rest_constant_time_and_refusals_never_reach_upstrea
         assert served.status_code == 200 and not served.json()["result"].get("isError")
     finally:
         bridge.stop()
-    # the comparison is hmac.compare_digest (constant time), not ==
-    assert "hmac.compare_digest" in inspect.getsource(RestSurface._guard)
+
+
+def test_api_key_file_is_read_once_with_its_trailing_newline_stripped(
+    log_dir: Path, upstream: str, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "api-key"
+    key_file.write_text(API_KEY + "\n")
+    bridge = external_bridge(log_dir, upstream, "--api-key-file", str(key_file))
+    try:
+        key_file.write_text("changed-after-startup-0123456789\n")  # read at startup, not per request
+        auth = {"authorization": f"Bearer {API_KEY}"}
+        assert httpx.post(f"{bridge.url}/seed_session", json=counter_row(0), headers=auth).status_code == 200
+        changed = {"authorization": "Bearer changed-after-startup-0123456789"}
+        assert (
+            httpx.post(f"{bridge.url}/seed_session", json=counter_row(0), headers=changed).status_code == 401
+        )
+        assert "without an api_key" not in bridge.log()
+    finally:
+        bridge.stop()
+    both = BridgeProcess(
+        args=["--upstream-url", upstream, "--api-key-file", str(key_file)],
+        env={"GYM_MCP_BRIDGE_API_KEY": API_KEY},
+    ).start(log_dir, wait_ready=False)
+    assert both.proc is not None and both.proc.wait(60) == 2, both.log()
+    assert "give api_key or api_key_file, not both" in both.log()
 
 
 def test_non_loopback_bind_without_api_key_warns(log_dir: Path, upstream: str) -> None:

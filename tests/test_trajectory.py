@@ -638,9 +638,9 @@ def test_malformed_trajectories_raise_one_line_reason(trajectory: Any, fragment:
     with pytest.raises(TrajectoryError) as info:
         from_trajectory(trajectory, [])
     message = str(info.value)
-    assert fragment in message
-    assert "\n" not in message
-    assert isinstance(info.value, ValueError)
+    assert fragment in message, message
+    assert "\n" not in message and message == message.strip()
+    assert type(info.value) is TrajectoryError and info.value.args == (message,)
 
 
 def test_trajectory_error_collapses_multiline_reason() -> None:
