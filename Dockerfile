@@ -11,7 +11,12 @@
 # absolute paths uv writes into scripts and pyvenv.cfg stay valid.
 # No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time.
 
-FROM python:3.12-slim AS uv
+# The base image, pinned by digest (the python:3.12-slim multi-arch index; re-resolve with
+# `docker buildx imagetools inspect python:3.12-slim` when bumping). A mirror or a local stand-in:
+#   docker build --build-arg PYTHON_BASE=registry.internal/python:3.12-slim .
+ARG PYTHON_BASE=python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea
+
+FROM ${PYTHON_BASE} AS uv
 ARG UV_VERSION=0.13.9
 # --target keeps the uv binary at a fixed path whatever the interpreter's install prefix is.
 RUN PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
@@ -41,7 +46,7 @@ COPY scripts/setup-gym-env.sh scripts/find-python.sh scripts/gym-requirements.tx
 RUN NEMO_GYM_VERSION="${NEMO_GYM_VERSION}" /opt/gym-setup/setup-gym-env.sh /opt/gym-env /usr/local/bin/python3
 
 # --- runtime ------------------------------------------------------------------------------------
-FROM python:3.12-slim
+FROM ${PYTHON_BASE}
 ARG NEMO_GYM_VERSION=0.4.0
 LABEL org.opencontainers.image.title="gym-mcp-bridge" \
       org.opencontainers.image.description="NeMo Gym resources server behind MCP (streamable HTTP) and Gym's HTTP contract" \

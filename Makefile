@@ -1,4 +1,4 @@
-# gym-mcp-bridge: make setup | run | test | lint | bench
+# gym-mcp-bridge: make setup | run | test | lint | bench | sweep
 # Idempotent: uv is bootstrapped into .cache/ when missing, the bridge environment is .venv (from
 # uv.lock), the Gym environment for the upstream is .gym-env (nemo-gym on Python 3.12).
 
@@ -10,7 +10,7 @@ BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find
 GYM_PYTHON_BASE ?= $(shell scripts/find-python.sh 3.12)
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint fmt bench clean
+.PHONY: setup run test lint fmt bench sweep clean
 
 $(CURDIR)/.cache/uv-venv/bin/uv:
 	python3 -m venv .cache/uv-venv
@@ -37,6 +37,10 @@ test: lint
 
 bench: setup
 	.venv/bin/python -m benchmarks.run $(ARGS)
+
+# Every bundled Gym environment behind the bridge, replayed natively and bridged: docs/compatibility.md
+sweep: setup
+	.venv/bin/python -m benchmarks.sweep --out docs/compatibility.md --json benchmarks/results/sweep.json $(ARGS)
 
 clean:
 	rm -rf .venv .gym-env .cache .pytest_cache .mypy_cache .ruff_cache

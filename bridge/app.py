@@ -1,9 +1,9 @@
 """The ASGI application: routes of both surfaces, health and metrics, error rendering, lifespan.
 
-``create_app(bridge)`` expects a started ``Bridge`` (``cli.serve`` starts the upstream before the
-server accepts connections, so a failed start is one line, not a traceback). The lifespan runs
-the MCP session manager, the session sweeper and, in managed mode, the upstream supervisor; on
-shutdown (after uvicorn has drained in-flight requests) it stops the upstream.
+``create_app(bridge)`` expects a started ``Bridge`` (``serving.ServingApp`` starts it behind the
+probes, then builds this app and runs its ``lifespan``). The lifespan runs the MCP session
+manager, the session sweeper and, in managed mode, the upstream supervisor; on shutdown (after
+uvicorn has drained in-flight requests) it stops the upstream.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 from mcp.server.transport_security import TransportSecuritySettings
+from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,12 +26,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bridge import tracing
 from bridge.core import Bridge
 from bridge.health import Health
 from bridge.mcp_endpoint import McpEndpoint, host_allowed
 from bridge.responses import error, json_too_deep_async
 from bridge.rest import RestSurface
-from bridge.settings import Settings, is_loopback
+from bridge.settings import Settings
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -40,22 +42,23 @@ PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes send the pod 
 def rebinding_protection(
     settings: Settings, bound_host: str, advertise_url: str
 ) -> TransportSecuritySettings:
-    """DNS-rebinding protection (Host/Origin allow-lists) as the MCP SDK's settings.
+    """DNS-rebinding protection (Host/Origin allow-lists) as the MCP SDK's settings, on everywhere.
 
-    Explicit ``allowed_hosts`` win ('*' turns the check off); by default it is on, with loopback
-    names and the advertised host, when the bridge is bound to a loopback address (the case of a
-    developer machine running a browser), and off otherwise."""
-    hosts = settings.allowed_hosts
-    if hosts is None:
-        if not is_loopback(bound_host):
-            return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        names = {"127.0.0.1", "localhost", "[::1]", f"[{bound_host}]" if ":" in bound_host else bound_host}
-        advertised = urlsplit(advertise_url)
-        if advertised.hostname:
-            names.add(f"[{advertised.hostname}]" if ":" in advertised.hostname else advertised.hostname)
-        hosts = sorted({*names, *(f"{n}:*" for n in names), advertised.netloc} - {""})
-    if "*" in hosts:
+    The allow-list is the loopback names, the bound host (unless a wildcard) and the advertise URL's
+    host, each on any port, plus ``allowed_hosts`` ('*' there turns the check off). A bridge in a
+    container behind ``-p 127.0.0.1:8000:8000`` is still reached as ``localhost``/``127.0.0.1``;
+    a name it is served under besides those (a Kubernetes Service, a LAN address) goes in
+    ``allowed_hosts``. Origins default to ``http(s)://`` + each allowed host."""
+    extra = settings.allowed_hosts or []
+    if "*" in extra:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    if bound_host not in ("0.0.0.0", "::", ""):
+        names.add(f"[{bound_host}]" if ":" in bound_host else bound_host)
+    advertised = urlsplit(advertise_url).hostname
+    if advertised:
+        names.add(f"[{advertised}]" if ":" in advertised else advertised)
+    hosts = sorted({*names, *(f"{n}:*" for n in names), *extra})
     origins = settings.allowed_origins
     if origins is None:
         origins = [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
@@ -82,6 +85,8 @@ class Guard:
         self.bridge = bridge
         self.settings = bridge.settings
         self.security = security
+        # the app's lifespan (MCP session manager, sweeper, supervisor); the server runs it
+        self.lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] = contextlib.nullcontext
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,6 +123,11 @@ class Guard:
                 return
         if mcp and scope["method"] == "POST":
             await self._mcp_post(scope, receive, send)
+            return
+        if tracing.ENABLED and path not in PROBE_PATHS and path != "/metrics":
+            parent = tracing.parent_from(_text_headers(headers))
+            with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **{"url.path": path}):
+                await self.app(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -160,7 +170,14 @@ class Guard:
             return pending.popleft() if pending else await receive()
 
         try:
-            await self.mcp(scope, replay, send)
+            if tracing.ENABLED:
+                method, tool, meta = _rpc_summary(body)
+                parent = tracing.parent_from(_text_headers(scope["headers"]), meta)
+                attributes = {"mcp.method.name": method, "gym.tool": tool}
+                with tracing.span(f"mcp {method}", SpanKind.SERVER, parent, **attributes):
+                    await self.mcp(scope, replay, send)
+            else:
+                await self.mcp(scope, replay, send)
         except Exception as exc:  # what Starlette's error middleware would do for any other route
             log.exception("unhandled error on POST /mcp")
             reason = f"internal error ({type(exc).__name__}); see the bridge log"
@@ -187,6 +204,25 @@ async def _answer_error(
     else:
         response = error(status, reason)
     await response(scope, receive, send)
+
+
+def _text_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+
+
+def _rpc_summary(body: bytes) -> tuple[str, str | None, Any]:
+    """(method, tool name, params._meta) of a JSON-RPC request body, for its span."""
+    try:
+        message: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "invalid", None, None
+    if not isinstance(message, dict):
+        return "batch" if isinstance(message, list) else "invalid", None, None
+    params = message.get("params")
+    if not isinstance(params, dict):
+        return str(message.get("method")), None, None
+    tool = params.get("name") if isinstance(params.get("name"), str) else None
+    return str(message.get("method")), tool, params.get("_meta")
 
 
 def _call_arguments(body: bytes) -> bytes | None:
@@ -222,7 +258,7 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error(500, f"internal error ({type(exc).__name__}); see the bridge log")
 
 
-def create_app(bridge: Bridge) -> ASGIApp:
+def create_app(bridge: Bridge) -> Guard:
     security = rebinding_protection(bridge.settings, str(bridge.bound[0]), bridge.advertise_url)
     mcp = McpEndpoint(bridge, security=security)
     mcp.server.name = bridge.upstream.server_name
@@ -232,7 +268,7 @@ def create_app(bridge: Bridge) -> ASGIApp:
         return Response(bridge.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan() -> AsyncIterator[None]:
         tasks = [asyncio.create_task(bridge.sweep_forever())]
         if bridge.upstream.mode == "managed":
             tasks.append(asyncio.create_task(bridge.upstream.supervise()))
@@ -242,6 +278,7 @@ def create_app(bridge: Bridge) -> ASGIApp:
         finally:
             for task in tasks:
                 task.cancel()
+            await bridge.forwarding.aclose()
             await bridge.upstream.stop()
 
     routes = [
@@ -251,9 +288,7 @@ def create_app(bridge: Bridge) -> ASGIApp:
         Route("/mcp", mcp.app),
         *RestSurface(bridge).routes(),
     ]
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, Exception: _server_error},
-    )
-    return Guard(app, mcp.app, bridge, security)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    guard = Guard(app, mcp.app, bridge, security)
+    guard.lifespan = lifespan
+    return guard

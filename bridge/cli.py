@@ -15,21 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
+import json
 import logging
 import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 from pydantic import SecretStr, ValidationError
 
 from bridge import __version__
-from bridge.settings import ENV_PREFIX, Settings, describe_error, is_loopback
+from bridge.settings import ENV_PREFIX, MAKE_KEY, PLACEHOLDER_KEYS, Settings, describe_error, is_loopback
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -58,7 +58,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = Settings(**given)
     except ValidationError as exc:
         raise StartupError(describe_error(exc)) from exc
-    return with_api_key_file(settings)
+    settings = with_api_key_file(settings)
+    if settings.api_key is not None and settings.api_key.get_secret_value() in PLACEHOLDER_KEYS:
+        raise StartupError(
+            f"invalid settings: the api_key is the placeholder shipped in the examples; make one with: {MAKE_KEY}"
+        )
+    return settings
 
 
 def with_api_key_file(settings: Settings) -> Settings:
@@ -127,7 +132,14 @@ def configure_logging(level: str) -> None:
 
 
 async def serve(settings: Settings) -> None:
-    from bridge.upstream import Upstream, UpstreamStartError
+    """Bind, then serve at once: ``ServingApp`` answers the probes while it starts the bridge
+    behind them, and a start that fails ends ``serve`` with its one-line reason (exit 2)."""
+    from bridge import tracing
+    from bridge.serving import ServingApp
+    from bridge.upstream import Upstream
+
+    if tracing.configure(__version__):
+        log.info("tracing on: spans go where the OTEL_* environment says")
 
     try:
         keys, generated_key = settings.signing_keys()
@@ -143,49 +155,20 @@ async def serve(settings: Settings) -> None:
     if not is_loopback(settings.host) and settings.api_key is None:
         log.warning(
             "listening on %s without an api_key: anyone who reaches this port can seed sessions and "
-            "call /verify (set --api-key or %sAPI_KEY)",
+            "call /verify (set --api-key-file or %sAPI_KEY)",
             settings.host,
             ENV_PREFIX,
         )
-    loop = asyncio.get_running_loop()
-    starting = asyncio.current_task()
-    assert starting is not None
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, starting.cancel)
-    upstream = Upstream(settings)
-    booting = asyncio.ensure_future(upstream.start())
-    try:
-        # The MCP SDK takes seconds to import: do it while the upstream boots, not after.
-        await asyncio.to_thread(importlib.import_module, "bridge.app")
-        from bridge.app import create_app
-        from bridge.core import Bridge
-
-        bridge = Bridge(settings, upstream, keys)
-        bridge.bound = sock.getsockname()[:2]
-        await booting
-        await bridge.start()
-    except UpstreamStartError as exc:
-        await upstream.stop()
-        raise StartupError(str(exc)) from exc
-    except (httpx.HTTPError, ValueError) as exc:  # the upstream answered, but not with a usable tool list
-        await upstream.stop()
-        raise StartupError(f"cannot load the tool list from {upstream.url}/openapi.json: {exc}") from exc
-    except asyncio.CancelledError:
-        booting.cancel()
-        await upstream.stop()
-        raise StartupError("interrupted while starting the upstream") from None
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-    log.info(
-        "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
-        __version__,
-        bridge.upstream.server_name,
-        f"{bridge.bound[0]}:{bridge.bound[1]}",
-        bridge.advertise_url,
+    started: list[uvicorn.Server] = []  # the server the app asks to stop when the start fails
+    front = ServingApp(
+        settings,
+        Upstream(settings),
+        keys,
+        sock.getsockname()[:2],
+        lambda: setattr(started[0], "should_exit", True),
     )
     config = uvicorn.Config(
-        create_app(bridge),
+        front,
         log_level="warning",
         access_log=False,
         http="httptools",
@@ -194,11 +177,18 @@ async def serve(settings: Settings) -> None:
         timeout_keep_alive=75,
         lifespan="on",
     )
+    server = uvicorn.Server(config)
+    started.append(server)
     # uvicorn re-raises the signal that stopped it once it has drained; a no-op handler underneath
     # turns that into a clean exit 0 after the graceful shutdown.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        tracing.shutdown()
+    if front.failure is not None:
+        raise StartupError(front.failure)
 
 
 def _run(coro: Any) -> None:
@@ -231,7 +221,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay.add_parser(commands)
     client_config.add_parser(commands)
+    add_provenance_parser(commands)
     return parser
+
+
+def add_provenance_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "provenance",
+        help="re-check the provenance of stored verify answers",
+        description="Re-check _bridge.provenance of stored /verify answers (a JSON file, or JSONL with one "
+        "answer per line) with the deployment's signing key(s) from GYM_MCP_BRIDGE_SECRET or "
+        "--secret-file. Exit 0 when every tool call of every answer was served by the bridge for its "
+        "session, 1 otherwise, 2 on bad input.",
+    )
+    parser.add_argument("action", choices=["check"])
+    parser.add_argument("answers", type=Path, help="stored verify answer(s): .json or .jsonl")
+    parser.add_argument("--secret-file", type=Path, help="file holding the key(s), one per line")
+    parser.set_defaults(handler=cmd_provenance)
+
+
+def cmd_provenance(args: argparse.Namespace) -> int:
+    from bridge import provenance
+
+    try:
+        given = {"secret_file": args.secret_file} if args.secret_file else {}
+        keys, generated = Settings.model_validate(given).signing_keys()
+        if generated:
+            raise ValueError(f"no signing key: set {ENV_PREFIX}SECRET or pass --secret-file")
+        answers = _json_or_jsonl(args.answers.read_text())
+        failed = 0
+        for index, answer in enumerate(answers):
+            for verdict in provenance.check(answer, keys):
+                failed += not verdict.ok
+                print(f"{index}\t{verdict.call_id}\t{'ok' if verdict.ok else 'FAIL'}\t{verdict.reason}")
+    except (OSError, ValueError, ValidationError) as exc:
+        print(f"gym-mcp-bridge provenance: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"{failed} of the calls failed the check" if failed else "every call was served by the bridge")
+    return 1 if failed else 0
+
+
+def _json_or_jsonl(text: str) -> list[Any]:
+    """One JSON object, or one per line."""
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """``gym-mcp-bridge client-config --client NAME``: seed a fresh session, print a harness's MCP config.
 
-Data flow: a Gym row (``--row FILE.jsonl`` first row, ``--row-json``, or an empty prompt) →
+Data flow: a Gym row (``--row FILE.jsonl`` first row, ``--row-json``, else the bridge's
+``GET /example_row``: the first example row of the environment it serves, or an empty prompt) →
 ``POST <bridge>/seed_session`` over httpx (``--api-key`` as ``Authorization: Bearer`` when the
 bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym >= 0.7 typed seeds)
 → one renderer per client, printed on stdout:
@@ -48,7 +49,8 @@ class ClientConfigError(Exception):
 # -- seeding --------------------------------------------------------------------------------------
 
 
-def load_row(row_file: Path | None, row_json: str | None) -> dict[str, Any]:
+def load_row(row_file: Path | None, row_json: str | None) -> dict[str, Any] | None:
+    """The row given with --row-json or --row; None when neither was given."""
     if row_json is not None:
         try:
             value = json.loads(row_json)
@@ -66,10 +68,30 @@ def load_row(row_file: Path | None, row_json: str | None) -> dict[str, Any]:
         except ValueError as exc:
             raise ClientConfigError(f"the first line of {row_file} is not valid JSON: {exc}") from exc
     else:
-        return dict(EMPTY_ROW)
+        return None
     if not isinstance(value, dict):
         raise ClientConfigError("a Gym row must be a JSON object")
     return value
+
+
+def example_row(bridge_url: str, api_key: str | None = None, timeout: float = 30) -> dict[str, Any]:
+    """The first example row of the environment the bridge serves (``GET /example_row``)."""
+    url = f"{bridge_url.rstrip('/')}/example_row"
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ClientConfigError(f"cannot reach the bridge at {bridge_url}: {exc}") from exc
+    if response.status_code == 404:  # external mode, no shipped data, or an older bridge
+        return dict(EMPTY_ROW)
+    if not response.is_success:
+        raise ClientConfigError(
+            f"{url} answered HTTP {response.status_code}: {' '.join(response.text.split())[:300]}"
+        )
+    row = response.json()
+    if not isinstance(row, dict):
+        raise ClientConfigError(f"{url} did not answer a row")
+    return row
 
 
 def seed(
@@ -212,6 +234,8 @@ RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
 def run(args: argparse.Namespace) -> int:
     try:
         row = load_row(args.row, args.row_json)
+        if row is None:
+            row = example_row(args.bridge_url, args.api_key)
         metadata = seed(args.bridge_url, row, args.api_key)
     except ClientConfigError as exc:
         print(f"gym-mcp-bridge client-config: {exc}", file=sys.stderr)

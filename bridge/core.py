@@ -10,6 +10,7 @@ surface renders the outcome. Nothing here knows about HTTP routing or JSON-RPC f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
 import secrets
@@ -21,11 +22,14 @@ from typing import Any
 import orjson
 
 from bridge import tools as tools_mod
+from bridge import tracing, upstream_mcp
+from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
+from bridge.forwarding import Forwarding
 from bridge.metrics import Metrics
 from bridge.sessions import Session, SessionCapReached, SessionError, SessionLost, SessionRegistry
-from bridge.settings import Settings
-from bridge.tokens import HEADER, TokenError, TokenSigner
+from bridge.settings import Settings, advertise_url
+from bridge.tokens import HEADER, ForeignIssuer, TokenError, TokenSigner
 from bridge.tools import InvalidToolName, ToolSets
 from bridge.upstream import (
     Upstream,
@@ -50,6 +54,15 @@ class Rejected(Exception):
         self.status = status
         self.kind = kind
         self.retry_after = retry_after
+
+
+class Foreign(Rejected):
+    """A verified token issued by another replica (``owner``) inside the configured peers: the surface
+    forwards the request to it (``Bridge.forwarding``); where it cannot, this is the refusal."""
+
+    def __init__(self, reason: str, owner: str) -> None:
+        super().__init__(reason, 401, "foreign")
+        self.owner = owner
 
 
 @dataclass(slots=True)
@@ -133,20 +146,20 @@ class Bridge:
         self.bound: tuple[str, int] = (settings.host, settings.port)
         self.toolsets: ToolSets | None = None
         self.upstream_routes: frozenset[str] = frozenset()
+        self.mcp_native: frozenset[str] = frozenset()  # tools served on the upstream's own /mcp
         self.signer: TokenSigner | None = None
         self.keys = keys if keys is not None else settings.signing_keys()[0]
         self.by_resources_id: dict[str, list[str]] = {}  # Gym >= 0.7 typed seeds: id -> session ids
+        self.audit = (
+            AuditLog(settings.audit_log, settings.audit_log_arguments) if settings.audit_log else None
+        )
+        self._forwarding: Forwarding | None = None
 
     # -- startup --------------------------------------------------------------------------------
 
     @property
     def advertise_url(self) -> str:
-        if self.settings.advertise_url:
-            return self.settings.advertise_url
-        host, port = self.bound
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return advertise_url(self.settings, self.bound)
 
     async def start(self) -> None:
         """Start or reach the upstream (unless already up), then load its tools. Raises UpstreamStartError."""
@@ -154,6 +167,22 @@ class Bridge:
             await self.upstream.start()
         await self.load_tools()
         self.signer = TokenSigner(self.keys, issuer=self.advertise_url, audience=self.upstream.server_name)
+        log.info("other replicas' sessions are forwarded to peers: %s", self.forwarding.peers)
+
+    @property
+    def forwarding(self) -> Forwarding:
+        """Forwarding to the replica that owns a session (built on first use: the advertise URL
+        depends on the bound port)."""
+        if self._forwarding is None:
+            settings = self.settings
+            self._forwarding = Forwarding(
+                self.advertise_url,
+                settings.peers,
+                settings.tool_timeout_s,
+                settings.verify_timeout_s,
+                self.metrics.registry,
+            )
+        return self._forwarding
 
     async def load_tools(self) -> None:
         spec = await self.upstream.get_json("/openapi.json")
@@ -161,6 +190,11 @@ class Bridge:
         for problem in skipped:
             log.warning("upstream route skipped, not served as a tool: %s", problem)
         self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
+        native = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
+        if native:
+            self.mcp_native = frozenset(t.name for t in native)
+            openapi = tools_mod.ToolSet({**openapi.tools, **{t.name: t for t in native}})
+            log.info("upstream serves tools on its own MCP endpoint: %s", ", ".join(sorted(self.mcp_native)))
         self.toolsets = ToolSets(openapi, catch_all, list(self.settings.tools_from))
         bad = tools_mod.unsafe_names(openapi.names, self.upstream.server_name)
         if bad:
@@ -196,6 +230,8 @@ class Bridge:
             raise Rejected("bridge not ready", 503, "not_ready")
         try:
             claims = self.signer.verify(token)
+        except ForeignIssuer as exc:
+            raise self.foreign(exc) from exc
         except TokenError as exc:
             raise Rejected(str(exc), 401, "token") from exc
         try:
@@ -210,6 +246,21 @@ class Bridge:
                 f"tool {tool!r} is not in this session's allow-list ({allowed})", 403, "allow_list"
             )
         return session
+
+    def foreign(self, exc: ForeignIssuer) -> Rejected:
+        """Another replica's verified token: ``Foreign`` (forward it) when its issuer is a peer, else
+        the refusal naming the issuer (nobody is contacted)."""
+        owner = exc.claims.issuer
+        peers = self.forwarding.peers
+        if peers.allows(owner):
+            return Foreign(str(exc), owner)
+        return Rejected(
+            f"session token was issued by another replica ({owner}), which is outside this "
+            f"deployment's peers ({peers}): not forwarded; send this session's requests there, or "
+            "add it to peers (--peers / GYM_MCP_BRIDGE_PEERS)",
+            401,
+            "peer",
+        )
 
     def mcp_metadata(self, session: Session) -> dict[str, Any]:
         return {
@@ -252,6 +303,9 @@ class Bridge:
         except SessionCapReached as exc:
             raise Rejected(str(exc), 503, "cap", retry_after=5) from exc
         session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        if self.mcp_native:  # keep the upstream's own MCP token: its tools act on the session it names
+            with contextlib.suppress(ValueError):
+                session.upstream_headers = upstream_mcp.session_headers(response.json())
         resources_id = row.get(TYPED_SEED_KEY)
         if isinstance(resources_id, str):
             self.by_resources_id.setdefault(resources_id, []).append(session.sid)
@@ -281,13 +335,14 @@ class Bridge:
         transport: str,
         emitted: str | None = None,
     ) -> ToolOutcome:
-        """Validate, call ``POST /<name>`` with the session's cookie, capture refreshes, log the call."""
+        """Call ``POST /<name>`` with the session's cookie and the arguments as sent (no schema check
+        here: the model reads the upstream's own answer, its validation errors included, as over plain
+        HTTP), capture cookie refreshes, log the call."""
         if name not in session.toolset.tools:
             allowed = ", ".join(session.tool_names) or "none"
             raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", 404, "unknown_tool")
-        problem = session.toolset.validate(name, arguments)
-        if problem is not None:
-            raise Rejected(problem, 422, "arguments")
+        if name in self.mcp_native:
+            return await self._call_mcp_native(session, name, arguments, transport, emitted)
         body = orjson.dumps(arguments)
         started = time.time()
         clock = time.perf_counter()
@@ -296,9 +351,9 @@ class Bridge:
             text = response.text
             content_type = response.content_type or "application/json"
             value, message, failed = None, text, not response.is_success
-            if failed:
-                message = f"upstream answered HTTP {response.status_code}: {text}"
-            elif "json" in content_type and response.content:
+            # An upstream error answer (a Gym validation 422, a 500) reads exactly as over plain HTTP:
+            # Gym's agents hand the model the body as it came; ``is_error`` carries the status.
+            if not failed and "json" in content_type and response.content:
                 try:
                     value = response.json()
                 except ValueError:
@@ -324,6 +379,53 @@ class Bridge:
                 set_cookies=[],
                 message=str(exc),
             )
+        self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
+        return outcome
+
+    async def _call_mcp_native(
+        self, session: Session, name: str, arguments: dict[str, Any], transport: str, emitted: str | None
+    ) -> ToolOutcome:
+        """A tool of an MCP-native upstream: ``tools/call`` on its own ``/mcp`` with the session's
+        upstream token; the model reads the upstream's result as that endpoint gave it."""
+        started = time.time()
+        clock = time.perf_counter()
+        try:
+            response, text, is_error, structured = await upstream_mcp.call(
+                self.upstream, session.upstream_headers, name, arguments, self.settings.tool_timeout_s
+            )
+            outcome = ToolOutcome(
+                status=response.status_code,
+                body=orjson.dumps(structured) if structured is not None else text.encode(),
+                content_type="application/json" if structured is not None else "text/plain; charset=utf-8",
+                is_error=is_error,
+                set_cookies=[],
+                message=text,
+                value=structured,
+            )
+        except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
+            outcome = ToolOutcome(
+                status=_failure_status(exc),
+                body=orjson.dumps({"detail": str(exc)}),
+                content_type="application/json",
+                is_error=True,
+                set_cookies=[],
+                message=str(exc),
+            )
+        self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
+        return outcome
+
+    def _finish(
+        self,
+        session: Session,
+        name: str,
+        arguments: dict[str, Any],
+        transport: str,
+        emitted: str | None,
+        outcome: ToolOutcome,
+        started: float,
+        clock: float,
+    ) -> None:
+        """Log the call in the session and count it."""
         elapsed = time.perf_counter() - clock
         self.sessions.record(
             session,
@@ -341,8 +443,20 @@ class Bridge:
         label = (
             name if self.toolsets is not None and name in self.toolsets.openapi.tools else OTHER_TOOLS_LABEL
         )
-        self.metrics.tool_call(label, transport, _outcome_label(outcome), elapsed)
-        return outcome
+        result = _outcome_label(outcome)
+        self.metrics.tool_call(label, transport, result, elapsed)
+        if tracing.ENABLED or self.audit is not None:
+            digest = tracing.session_hash(session.sid)
+            tracing.annotate(
+                **{
+                    "gym.tool": emitted or name,
+                    "gym.tool.canonical": name,
+                    "gym.outcome": result,
+                    "gym.session": digest,
+                }
+            )
+            if self.audit is not None:
+                self.audit.record(digest, name, emitted or name, transport, result, elapsed, arguments)
 
     async def forward(
         self, path: str, body: bytes, cookie_header: str, timeout: float | None = None

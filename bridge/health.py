@@ -13,7 +13,6 @@ success is remembered for a minute; anything else is checked again on the next p
 from __future__ import annotations
 
 import time
-import uuid
 
 import httpx
 from starlette.requests import Request
@@ -21,8 +20,8 @@ from starlette.responses import JSONResponse, Response
 
 from bridge import __version__
 from bridge.core import Bridge
+from bridge.serving import INSTANCE, rest_auth
 
-INSTANCE = uuid.uuid4().hex
 ADVERTISE_CHECK_TTL_S = 60.0
 
 
@@ -34,6 +33,7 @@ def healthz_payload(bridge: Bridge) -> dict[str, object]:
         "instance": INSTANCE,
         "bound": {"host": host, "port": port},
         "advertise_url": bridge.advertise_url,
+        "rest_auth": rest_auth(bridge.settings),
         "uptime_s": round(time.time() - bridge.started_at, 3),
         "sessions_active": len(bridge.sessions),
         "upstream": bridge.upstream.status(),

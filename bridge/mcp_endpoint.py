@@ -19,6 +19,11 @@ the SDK would: the same handler (``_call``), the SDK's own result serialization 
 revision (2026-07-28 adds ``resultType`` and the ``serverInfo`` ``_meta`` stamp; run once per result
 shape and reused as a template, see ``_Results``), the same JSON-RPC envelope, encoding and status;
 ``tests/test_fastpath.py`` checks the two paths answer byte for byte alike.
+
+Another replica's session (a token that verifies but names another replica, inside the peers) is
+relayed to that replica as the raw request, and its answer sent back unchanged (``forwarding``):
+the fast path learns it from ``_call`` (``Foreign``), at no cost to this replica's own calls; the
+SDK's app sits behind a pre-check of the token (``_ForwardingSdkApp``).
 """
 
 from __future__ import annotations
@@ -37,11 +42,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bridge import __version__
-from bridge.core import Bridge, Rejected
-from bridge.tokens import HEADER, from_headers
+from bridge.core import Bridge, Foreign, Rejected
+from bridge.tokens import HEADER, ForeignIssuer, TokenError, from_headers
 
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
@@ -72,7 +77,7 @@ class McpEndpoint:
             security_settings=security or TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=bridge.settings.max_body_bytes,
         )
-        self.sdk_app = StreamableHTTPASGIApp(self.manager)
+        self.sdk_app: ASGIApp = _ForwardingSdkApp(StreamableHTTPASGIApp(self.manager), self)
         self.fast = _FastPath.build(self)
         self.fast_calls = 0  # tools/call requests the fast path answered (tests and profiling read it)
         # An ASGI object, not a bound method: Starlette would wrap a method as a GET request handler.
@@ -98,12 +103,17 @@ class McpEndpoint:
         reply = await self._call(_token(ctx), params.name, params.arguments)
         return call_result(reply.text, reply.is_error, reply.structured)
 
-    async def _call(self, token: str | None, name: str, arguments: Mapping[str, Any] | None) -> Reply:
-        """``tools/call``, shared by the SDK handler and the fast path."""
+    async def _call(
+        self, token: str | None, name: str, arguments: Mapping[str, Any] | None, forward: bool = False
+    ) -> Reply:
+        """``tools/call``, shared by the SDK handler and the fast path (``forward``: raise ``Foreign``
+        for another replica's session, which the caller relays, instead of refusing it)."""
         try:
             session = self.bridge.authorize(token, name)
             outcome = await self.bridge.call_tool(session, name, dict(arguments or {}), transport="mcp")
         except Rejected as exc:
+            if forward and isinstance(exc, Foreign):
+                raise
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return Reply(exc.reason, True)
         if outcome.is_error:
@@ -201,7 +211,10 @@ class _FastPath:
             await self.endpoint.sdk_app(scope, replay, send)
             return
         version, request_id, name, arguments = plan
-        await self._answer(send, headers, version, request_id, name, arguments)
+        try:
+            await self._answer(send, headers, version, request_id, name, arguments)
+        except Foreign as exc:  # another replica's session: its owner answers
+            await self.endpoint.bridge.forwarding.relay(scope, body or b"", exc.owner, send)
 
     def _headers(self, scope: Scope) -> dict[bytes, bytes] | None:
         """The request headers, or None when one the SDK looks at would make it answer differently."""
@@ -331,8 +344,10 @@ class _FastPath:
         modern = version in self.modern_versions
         status = 200
         try:
-            reply = await endpoint._call(_token_from(headers), name, arguments)
+            reply = await endpoint._call(_token_from(headers), name, arguments, forward=True)
             payload = self.results.encode(version, modern, request_id, reply)
+        except Foreign:
+            raise
         except Exception as exc:
             payload, status = _error_answer(request_id, exc, modern)
         await send(
@@ -343,6 +358,65 @@ class _FastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+class _ForwardingSdkApp:
+    """The SDK's app behind a pre-check: a POST whose token verifies but was issued by another replica
+    inside the peers goes to that replica (``forwarding``), every other request to the SDK as it was.
+    A Host/Origin the rebinding check refuses is never forwarded (the SDK refuses it here)."""
+
+    def __init__(self, sdk: ASGIApp, endpoint: McpEndpoint) -> None:
+        self.sdk = sdk
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        owner = self._owner(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if owner is None:
+            await self.sdk(scope, receive, send)
+            return
+        consumed: list[Message] = []
+        chunks: list[bytes] = []
+        size, limit = 0, self.endpoint.bridge.settings.max_body_bytes
+        while True:
+            message = await receive()
+            consumed.append(message)
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > limit or not message.get("more_body", False):
+                break
+        if size > limit or consumed[-1]["type"] != "http.request":
+
+            async def replay() -> Message:
+                return consumed.pop(0) if consumed else await receive()
+
+            await self.sdk(scope, replay, send)  # the SDK's own refusal (413, disconnect)
+            return
+        await self.endpoint.bridge.forwarding.relay(scope, b"".join(chunks), owner, send)
+
+    def _owner(self, scope: Scope) -> str | None:
+        bridge = self.endpoint.bridge
+        headers = dict(scope["headers"])
+        token = _token_from(headers)
+        if token is None or bridge.signer is None:
+            return None
+        security = self.endpoint.manager.security_settings
+        if security is not None and security.enable_dns_rebinding_protection:
+            host = headers.get(b"host", b"").decode("latin-1")
+            origin = headers.get(b"origin", b"").decode("latin-1")
+            if not host or not host_allowed(host, security.allowed_hosts):
+                return None
+            if origin and not host_allowed(origin, security.allowed_origins):
+                return None
+        try:
+            bridge.signer.verify(token)
+        except ForeignIssuer as exc:
+            verdict = bridge.foreign(exc)
+            return verdict.owner if isinstance(verdict, Foreign) else None  # else the SDK refuses
+        except TokenError:
+            return None
+        return None
 
 
 _TEXT_MARK = "\x00gym-mcp-bridge text\x00"

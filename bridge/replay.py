@@ -180,9 +180,23 @@ async def replay_over_mcp(
 async def replay_native(upstream_url: str, row: dict[str, Any], response: dict[str, Any]) -> float | None:
     """The same calls and verify straight to the upstream over Gym's HTTP with bare names."""
     async with httpx.AsyncClient(base_url=upstream_url, timeout=300) as http:
-        (await http.post("/seed_session", json=row)).raise_for_status()
-        for item in trajectory.function_calls(response):
-            await http.post(f"/{item['name']}", json=_arguments(item))
+        seed = await http.post("/seed_session", json=row)
+        seed.raise_for_status()
+        answer = seed.json()
+        metadata = answer.get("mcp") if isinstance(answer, dict) else None
+        # An MCP-native upstream (Gym's MCPResourcesServer) serves its tools on its own /mcp, reached
+        # with the token of its seed answer, as Gym's MCP agents reach it.
+        mcp_headers = metadata.get("headers") if isinstance(metadata, dict) else None
+        for number, item in enumerate(trajectory.function_calls(response)):
+            if isinstance(mcp_headers, dict) and mcp_headers:
+                call = {"name": item["name"], "arguments": _arguments(item)}
+                await http.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": call},
+                    headers={**mcp_headers, "accept": "application/json, text/event-stream"},
+                )
+            else:
+                await http.post(f"/{item['name']}", json=_arguments(item))
         verdict = await http.post("/verify", json={**row, "response": response})
         verdict.raise_for_status()
         return _reward(verdict.json())

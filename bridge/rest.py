@@ -5,7 +5,10 @@
 goes back to the caller beside the bridge's own session cookie. ``POST /<tool>`` forwards with the
 session's cookie when the request names a session (token header or bridge cookie), else with the
 caller's cookies. ``/verify`` is handed to ``verify``; ``/close_session`` revokes the session;
-``/aggregate_metrics`` is forwarded. Every refusal is a 4xx/5xx JSON ``{"detail": one line}``.
+``/aggregate_metrics`` is forwarded. ``GET /example_row`` serves the managed environment's first
+example row (for ``client-config`` with no row). Every refusal is a 4xx/5xx JSON ``{"detail": one line}``.
+A request naming another replica's session (a verified token whose issuer is a peer) is relayed to
+that replica and answered with its response (``forwarding``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from starlette.routing import Route
 
 from bridge import tools as tools_mod
 from bridge import verify as verify_mod
-from bridge.core import BRIDGE_COOKIE, TYPED_SEED_KEY, Bridge, Rejected, strip_bridge_cookie
+from bridge.core import BRIDGE_COOKIE, TYPED_SEED_KEY, Bridge, Foreign, Rejected, strip_bridge_cookie
 from bridge.responses import add_cookies, error, read_object, upstream_response
 from bridge.sessions import Session
 from bridge.tokens import from_headers
@@ -45,6 +48,7 @@ class RestSurface:
             Route("/verify", self.verify, methods=["POST"]),
             Route("/close_session", self.close_session, methods=["POST"]),
             Route("/aggregate_metrics", self.aggregate_metrics, methods=["POST"]),
+            Route("/example_row", self.example_row, methods=["GET"]),
             Route("/{tool:str}", self.tool, methods=["POST"]),
         ]
 
@@ -64,10 +68,13 @@ class RestSurface:
         return await read_object(request, settings.max_body_bytes, settings.max_json_depth)
 
     async def _run(self, request: Request, handler: Any) -> Response:
+        body = b""
         try:
             body, value = await self._guard(request)
             response: Response = await handler(request, body, value)
             return response
+        except Foreign as exc:  # another replica's session (verified token): the owner answers
+            return self.bridge.forwarding.response(body, exc.owner)
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return error(exc.status, exc.reason, exc.retry_after)
@@ -175,6 +182,32 @@ class RestSurface:
             out = JSONResponse({"closed": True, "sessions": closed})
         out.delete_cookie(BRIDGE_COOKIE)
         return out
+
+    async def example_row(self, request: Request) -> Response:
+        return await self._run(request, self._example_row)
+
+    async def _example_row(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
+        """The first row of the managed environment's own ``data/example.jsonl``: what
+        ``client-config`` seeds with when it is given no row (a row the environment accepts)."""
+        boot = self.bridge.upstream.boot
+        if boot is None or boot.example_rows is None:
+            raise Rejected(
+                "this bridge knows no example rows of its environment (external mode, or the "
+                "environment ships no data/example.jsonl): seed with a row of your own",
+                404,
+                "example_row",
+            )
+        try:
+            with open(boot.example_rows, encoding="utf-8") as rows:
+                first = next((line for line in rows if line.strip()), None)
+            row = orjson.loads(first) if first is not None else None
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise Rejected(
+                f"cannot read {boot.example_rows}: {exc}".splitlines()[0], 404, "example_row"
+            ) from exc
+        if not isinstance(row, dict):
+            raise Rejected(f"{boot.example_rows} has no JSON object row", 404, "example_row")
+        return JSONResponse(row)
 
     async def aggregate_metrics(self, request: Request) -> Response:
         return await self._run(request, self._aggregate)

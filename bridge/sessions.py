@@ -92,6 +92,7 @@ class Session:
     created_at: float
     expires_at: float
     token: str = ""
+    upstream_headers: dict[str, str] = field(default_factory=dict)  # an MCP-native upstream's own token
     calls: list[ToolCallRecord] = field(default_factory=list)
     dropped: DroppedCalls = field(default_factory=DroppedCalls)
     log_bytes: int = 0  # sum of the kept records' sizes

@@ -22,6 +22,12 @@ DEFAULT_SERVER = "example_session_state_mgmt"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 ToolSource = Literal["row", "openapi"]
+MIN_KEY_BYTES = 32  # HS256 keys shorter than the hash output weaken it (RFC 7518 section 3.2)
+MAKE_KEY = "openssl rand -hex 32"
+# Values the project's own examples ship in place of a key: a deployment that kept one is refused.
+PLACEHOLDER_KEYS = frozenset(
+    {"REPLACE-ME-with-the-output-of-openssl-rand-hex-32", "REPLACE-ME-with-another-openssl-rand-hex-32"}
+)
 
 
 class Settings(BaseSettings):
@@ -47,6 +53,11 @@ class Settings(BaseSettings):
     )
     gym_python: Path | None = Field(
         None, description="interpreter of the Gym environment (default: .gym-env)"
+    )
+    gym_envs_dir: Path | None = Field(
+        None,
+        description="where the environments built from a server's own requirements.txt are cached "
+        "(default: .cache/gym-envs in the project)",
     )
     upstream_host: str = Field("127.0.0.1", description="host the managed upstream binds")
     upstream_port: int = Field(0, ge=0, le=65535, description="port the managed upstream binds (0: free)")
@@ -78,13 +89,23 @@ class Settings(BaseSettings):
     )
     allowed_hosts: Annotated[list[str] | None, NoDecode] = Field(
         None,
-        description="DNS-rebinding protection: Host values accepted, comma-separated ('host:*' = any port, "
-        "'*' = no check); default: loopback names when bound to a loopback address, else no check",
+        description="DNS-rebinding protection: Host values accepted besides loopback names, the bound host "
+        "and the advertise URL's host (always accepted, any port), comma-separated ('host:*' = any port, "
+        "'*' = no check)",
     )
     allowed_origins: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="Origin values accepted from browsers, comma-separated ('origin:*' = any port); "
         "default: http(s)://<each allowed host>",
+    )
+    peers: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="replicas this bridge forwards another replica's sessions to (the owner named in a "
+        "token's signed issuer), comma-separated [scheme://]host[:port] patterns ('*.suffix' = any name "
+        "under suffix, no port or ':*' = any port); '' = forward nothing (refuse, naming the owner); "
+        "default: from advertise_url: its domain suffix, same scheme and port, for a name of 3+ labels "
+        "(http://*.bridge.ns.svc:8000); any loopback name, any port, for a loopback URL; else its host, "
+        "any port",
     )
     max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
     max_session_log_bytes: int = Field(
@@ -102,6 +123,12 @@ class Settings(BaseSettings):
     restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
     shutdown_grace_s: float = Field(60.0, ge=0, description="drain time for in-flight calls on SIGTERM")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    audit_log: Path | None = Field(
+        None,
+        description="append one JSON line per tool call served to this file (time, session hash, "
+        "tool, outcome, latency)",
+    )
+    audit_log_arguments: bool = Field(False, description="include each call's arguments in the audit log")
 
     @field_validator("tools_from", mode="before")
     @classmethod
@@ -110,11 +137,20 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("allowed_hosts", "allowed_origins", "server_aliases", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "server_aliases", "peers", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("peers")
+    @classmethod
+    def _peer_patterns(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            from bridge.forwarding import parse_peers
+
+            parse_peers(value)  # ValueError naming the bad pattern
         return value
 
     @field_validator("advertise_url", "upstream_url")
@@ -154,14 +190,35 @@ class Settings(BaseSettings):
             keys = [k.strip() for k in self.secret.get_secret_value().split(",") if k.strip()]
         else:
             return [_secrets.token_hex(32)], True
-        if not keys or any(len(k) < 16 for k in keys):
-            raise ValueError("every signing key must be at least 16 characters")
+        if not keys:
+            raise ValueError(f"no signing key given; make one with: {MAKE_KEY}")
+        for key in keys:
+            if key in PLACEHOLDER_KEYS:
+                raise ValueError(
+                    f"the signing key is the placeholder shipped in the examples; make one with: {MAKE_KEY}"
+                )
+            if len(key.encode()) < MIN_KEY_BYTES:
+                raise ValueError(
+                    f"every signing key must be at least {MIN_KEY_BYTES} bytes (one is {len(key.encode())}); "
+                    f"make one with: {MAKE_KEY}"
+                )
         return keys, False
 
     def resolved_gym_python(self) -> Path:
         if self.gym_python is not None:
             return self.gym_python
         return PROJECT_ROOT / ".gym-env" / "bin" / "python"
+
+
+def advertise_url(settings: Settings, bound: tuple[str, int]) -> str:
+    """The base URL put into session metadata: the setting, else the bound address (a wildcard bind
+    advertises 127.0.0.1)."""
+    if settings.advertise_url:
+        return settings.advertise_url
+    host, port = bound
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def is_loopback(host: str) -> bool:

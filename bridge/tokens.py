@@ -8,9 +8,11 @@ hundreds of tools still gets a token that fits a header. The upstream cookie nev
 token.
 ``TokenSigner.verify`` checks, in order: size, signature under any of the configured keys (the
 first key signs; the rest allow rotation), expiry and not-before, audience, issuer. Each failure
-raises ``TokenError`` with its own one-line reason; a token from another replica names that
-replica's URL. Verified claims are cached per token string until they expire, so the hot path
-decodes each token once.
+raises ``TokenError`` with its own one-line reason; a token that verifies but names another replica
+as its issuer raises ``ForeignIssuer`` (a ``TokenError`` naming that replica's URL, carrying the
+verified claims: the request can be forwarded there, see ``forwarding``). Verified claims are
+cached per token string until they expire (another replica's in a cache of their own, so the
+hot path -- this replica's tokens -- is one dictionary lookup), so each token is decoded once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ _CACHE_SIZE = 16384
 
 class TokenError(Exception):
     """A token was refused; str(exc) is the one-line reason given to the client."""
+
+
+class ForeignIssuer(TokenError):
+    """The token verifies under this deployment's key but was issued by another replica
+    (``claims.issuer``, its advertise URL): that replica owns the session."""
+
+    def __init__(self, reason: str, claims: Claims) -> None:
+        super().__init__(reason)
+        self.claims = claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,7 @@ class TokenSigner:
         self.issuer = issuer
         self.audience = audience
         self._cache: OrderedDict[str, Claims] = OrderedDict()
+        self._foreign: OrderedDict[str, Claims] = OrderedDict()  # verified, issued by other replicas
 
     def issue(self, sid: str, tools: tuple[str, ...], ttl_s: float, now: float | None = None) -> str:
         issued = int(now if now is not None else time.time())
@@ -88,10 +100,22 @@ class TokenSigner:
                 return cached
             del self._cache[token]
             raise TokenError("session token expired")
-        claims = self._decode(token)
-        self._cache[token] = claims
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        claims = self._foreign.get(token)
+        if claims is not None and claims.expires_at <= now:
+            del self._foreign[token]
+            raise TokenError("session token expired")
+        if claims is None:
+            claims = self._decode(token)
+            cache = self._cache if claims.issuer == self.issuer else self._foreign
+            cache[token] = claims
+            if len(cache) > _CACHE_SIZE:
+                cache.popitem(last=False)
+        if claims.issuer != self.issuer:
+            raise ForeignIssuer(
+                f"session token was issued by another replica ({claims.issuer}); "
+                f"send this session's requests there, not to {self.issuer}",
+                claims,
+            )
         return claims
 
     def _decode(self, token: str) -> Claims:
@@ -130,11 +154,8 @@ class TokenSigner:
                 raise TokenError(f"session token is invalid: {exc}") from exc
         if payload is None:
             raise TokenError("session token signature is invalid (not signed by this deployment's key)")
-        if payload.get("iss") != self.issuer:
-            raise TokenError(
-                f"session token was issued by another replica ({payload.get('iss')}); "
-                f"send this session's requests there, not to {self.issuer}"
-            )
+        if not isinstance(payload.get("iss"), str):
+            raise TokenError("session token has a malformed iss claim")
         if payload.get("aud") != self.audience:
             raise TokenError(
                 f"session token is for server {payload.get('aud')!r}, this bridge serves {self.audience!r}"

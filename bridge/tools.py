@@ -10,9 +10,8 @@ Two sources, per DESIGN "Tools":
   per-task list the model sees natively.
 
 ``ToolSets`` interns row tool lists by content, so thousands of sessions seeded from the same
-dataset share one ``ToolSet``; a session keeps only a reference. ``ToolSet.validate`` checks call
-arguments against a tool's schema (jsonschema-rs, compiled once per schema) before anything reaches
-the upstream.
+dataset share one ``ToolSet``; a session keeps only a reference. Call arguments are not checked
+against the schemas here: the upstream validates them and the model reads its answer, as natively.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema_rs
 import mcp_types as types
 import orjson
 
@@ -73,7 +71,6 @@ class ToolSpec:
 class ToolSet:
     tools: dict[str, ToolSpec]
     _mcp: list[types.Tool] | None = field(default=None, repr=False)
-    _validators: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -86,21 +83,6 @@ class ToolSet:
                 for t in self.tools.values()
             ]
         return self._mcp
-
-    def validate(self, name: str, arguments: Mapping[str, Any]) -> str | None:
-        """None when the arguments fit the tool's schema, else a one-line reason."""
-        validator: Any = self._validators.get(name)
-        if validator is None:
-            try:  # the schema's own dialect; formats are annotations, as most validators treat them
-                validator = jsonschema_rs.validator_for(self.tools[name].input_schema, validate_formats=False)
-            except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
-                validator = False  # an upstream schema we cannot use: let the upstream judge
-            self._validators[name] = validator
-        if validator is False or validator.is_valid(arguments):
-            return None
-        error = next(iter(validator.iter_errors(arguments)))
-        where = "/".join(str(p) for p in error.instance_path) or "arguments"
-        return f"invalid arguments for {name}: {where}: {error.message}"
 
 
 def _inline_refs(node: Any, components: Mapping[str, Any], seen: tuple[str, ...] = ()) -> Any:

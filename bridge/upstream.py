@@ -1,8 +1,9 @@
 """The upstream resources server: its process (managed mode) or its URL (external mode), and the
 pooled HTTP client every request to it goes through.
 
-Managed mode spawns ``upstream_boot.py`` under the Gym environment's interpreter in its own process
-group, reads the port file it writes (the host and port it actually bound), and probes
+Managed mode spawns ``upstream_boot.py`` under the Gym environment's interpreter (or, when the
+server's ``requirements.txt`` asks for more, under its own environment layered on it, built once by
+``gym_envs``) in its own process group, reads the port file it writes (the host and port it actually bound), and probes
 ``/openapi.json`` there until it answers. A child that exits during startup is reported at once
 with its exit code and log tail; one that is not ready within ``startup_timeout_s`` is killed and
 reported with the seconds spent and the log tail. Once running, ``supervise`` waits on the child:
@@ -55,7 +56,9 @@ from typing import Any
 import httptools
 import httpx
 import orjson
+from opentelemetry.trace import SpanKind
 
+from bridge import gym_envs, tracing
 from bridge.settings import Settings
 
 # httpcore runs ``import sniffio`` on every request (to tell asyncio from trio) and falls back to
@@ -143,6 +146,7 @@ class BootInfo:
     server_class: str
     gym_version: str
     pid: int
+    example_rows: str | None = None  # the environment's data/example.jsonl, when it ships one
 
 
 @dataclass(slots=True)
@@ -405,6 +409,7 @@ class Upstream:
         self.exit_code: int | None = None
         self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._proc: asyncio.subprocess.Process | None = None
+        self._env: gym_envs.GymEnv | None = None  # the server's interpreter and directory (managed)
         self._reader: asyncio.Task[None] | None = None
         self._stopping = False
         self._workdir = Path(tempfile.mkdtemp(prefix="gym-mcp-bridge-"))
@@ -487,6 +492,15 @@ class Upstream:
                 f"Gym environment interpreter not found at {python}; run 'make setup' or pass "
                 "--gym-python / GYM_MCP_BRIDGE_GYM_PYTHON"
             )
+        if self._env is None:  # once per process: a restart reuses the environment
+            self.not_ready_reason = f"preparing the environment of {self.settings.resources_server}"
+            try:
+                self._env = await gym_envs.ensure(
+                    self.settings.resources_server, python, self.settings.gym_envs_dir
+                )
+            except gym_envs.EnvBuildError as exc:
+                raise UpstreamStartError(f"upstream {self.settings.resources_server}: {exc}") from exc
+        python = self._env.python
         port_file = self._workdir / f"port-{self.generation}.json"
         port_file.unlink(missing_ok=True)
         self.log_tail.clear()
@@ -509,7 +523,7 @@ class Upstream:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=self._env.child_env({**os.environ, "PYTHONUNBUFFERED": "1"}),
         )
         self._reader = asyncio.create_task(self._read_log(self._proc))
         budget = self.settings.startup_timeout_s
@@ -540,6 +554,7 @@ class Upstream:
                     server_class=info["class"],
                     gym_version=info["gym_version"],
                     pid=int(info["pid"]),
+                    example_rows=info.get("example_rows"),
                 )
                 self.url = _url(self.boot.host, self.boot.port)
             if self.url is not None and self.boot is not None:
@@ -680,7 +695,19 @@ class Upstream:
     ) -> UpstreamResponse:
         """POST ``body`` to ``path``: the answer, or ``UpstreamTimeout`` / ``UpstreamUnavailable``;
         ``UpstreamRequestRefused`` (nothing sent; answer 400) for a path or header that fails
-        ``check_request`` (both the pool and the httpx path check)."""
+        ``check_request`` (both the pool and the httpx path check). With tracing on, a client span
+        whose ``traceparent`` goes upstream."""
+        if not tracing.ENABLED:
+            return await self._post(path, body, headers, timeout)
+        with tracing.span(f"upstream POST {path}", SpanKind.CLIENT, **{"url.path": path}) as current:
+            response = await self._post(path, body, tracing.inject(headers), timeout)
+            if current is not None:
+                current.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    async def _post(
+        self, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
+    ) -> UpstreamResponse:
         if self.url is None:
             raise UpstreamUnavailable(self.not_ready_reason or "upstream not started")
         budget = timeout if timeout is not None else self.settings.tool_timeout_s

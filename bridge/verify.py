@@ -7,8 +7,10 @@ in when the caller sent no row fields → a deep copy whose ``function_call`` na
 known aliases of this server (its name, the ``server_aliases`` setting, ``_bridge.server_aliases``
 in the body, stripped before forwarding) and those the session's own log proves → upstream
 ``/verify`` with the session's cookie → the upstream's answer, with names restored to what the
-harness emitted (matched by ``call_id``) and ``_bridge`` added. The bridge never computes a reward: a rollout whose
-agent never ran is marked ``mask_sample: true``, and a lost session never reaches the upstream.
+harness emitted (matched by ``call_id``) and ``_bridge`` added, with ``provenance`` (which calls
+this bridge served for the session, signed; see ``provenance``). The bridge never computes a reward:
+a rollout whose agent never ran is marked ``mask_sample: true``, a lost session never reaches the
+upstream, and a ``recorded`` trajectory from an incomplete log is refused (409).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from opentelemetry.trace import SpanKind
 from starlette.responses import Response
 
-from bridge import naming, trajectory
+from bridge import naming, provenance, tracing, trajectory
 from bridge.core import Bridge, Rejected
 from bridge.responses import json_response, upstream_response
 from bridge.sessions import Session
@@ -168,6 +171,12 @@ def _restore_names(payload: Any, report: NameReport) -> None:
 
 
 async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
+    attributes = {"gym.session": tracing.session_hash(session.sid)} if session is not None else {}
+    with tracing.span("verify", SpanKind.INTERNAL, **attributes):
+        return await _verify(bridge, session, body, cookies)
+
+
+async def _verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
     started = time.perf_counter()
     body = dict(body)
     raw_trajectory = body.pop("trajectory", None)
@@ -215,13 +224,19 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
         timeout=bridge.settings.verify_timeout_s,
     )
     bridge.metrics.verify_latency.observe(time.perf_counter() - started)
-    report = {
+    report: dict[str, Any] = {
         "normalized": names.normalized,
         "unresolved": names.unresolved,
         "proven_aliases": names.proven_aliases,
         "recorded_tool_calls": recorded,
         "agent_never_ran": never_ran,
     }
+    if session is not None:
+        scored = [
+            provenance.ScoredCall(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))
+            for item in trajectory.function_calls(response)
+        ]
+        report["provenance"] = provenance.attest(session.sid, scored, session.calls, bridge.keys[0])
     try:
         payload = upstream.json() if upstream.is_success else None
     except ValueError:
@@ -233,7 +248,7 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
         return upstream_response(upstream)
     _restore_names(payload, names)
     bridge.metrics.verify_outcomes.labels("never_ran" if never_ran else "scored").inc()
-    headers = {REPORT_HEADER: report_header(report)}
+    headers = {REPORT_HEADER: report_header({k: v for k, v in report.items() if k != "provenance"})}
     if typed:  # Gym's typed verify responses forbid extra keys: the report travels in a header
         return json_response(payload, upstream.status_code, headers)
     if never_ran:

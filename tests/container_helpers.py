@@ -116,12 +116,19 @@ def connect_engine() -> Engine:
     return engine
 
 
+# The Dockerfile pins its base by digest; no registry is reachable here, so the tests build on the
+# local stand-in that scripts/make-base-image.sh makes under the plain tag (a Docker engine with a
+# registry can leave it at the pinned digest: GYM_MCP_BRIDGE_TEST_PYTHON_BASE=).
+PYTHON_BASE = os.environ.get("GYM_MCP_BRIDGE_TEST_PYTHON_BASE", "docker.io/library/python:3.12-slim")
+
+
 def build_image(engine: Engine, tag: str = IMAGE_TAG) -> float:
     """Builds the repository's Dockerfile through the Docker SDK; returns the seconds it took."""
     t0 = time.monotonic()
     log: list[str] = []
+    buildargs = {"PYTHON_BASE": PYTHON_BASE} if PYTHON_BASE else {}
     for chunk in engine.client.api.build(
-        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host"
+        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host", buildargs=buildargs
     ):
         if "stream" in chunk:
             log.append(chunk["stream"])
@@ -201,11 +208,13 @@ def result_json(result: Any) -> Any:
     return json.loads(result.content[0].text)
 
 
-def rollout(base_url: str, advertise_url: str | None = None) -> dict[str, Any]:
-    """One full rollout against a bridge at base_url; returns what it saw (for reports)."""
+def rollout(base_url: str, advertise_url: str | None = None, api_key: str | None = None) -> dict[str, Any]:
+    """One full rollout against a bridge at base_url (the REST calls with ``api_key`` as Bearer
+    when given); returns what it saw (for reports)."""
     advertise_url = advertise_url or base_url
     seen: dict[str, Any] = {}
-    with httpx.Client(base_url=base_url, timeout=60) as http:
+    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=base_url, timeout=60, headers=auth) as http:
         seeded = http.post("/seed_session", json=SEED_ROW)
         assert seeded.status_code == 200, seeded.text
         meta = seeded.json()["mcp"]

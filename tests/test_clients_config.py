@@ -21,7 +21,7 @@ import pytest
 
 from bridge import client_config
 from bridge.cli import main as cli_main
-from tests.conftest import BRIDGE, HEADER, ROOT, BridgeProcess, counter_row, mcp_client
+from tests.conftest import BRIDGE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio
 
@@ -120,11 +120,34 @@ def test_server_name_renames_the_client_side_entry(counter_bridge: BridgeProcess
     assert url == f"{counter_bridge.url}/mcp" and HEADER in headers
 
 
+async def test_with_no_row_it_seeds_the_environments_own_first_example_row(
+    counter_bridge: BridgeProcess,
+) -> None:
+    """The README's one-liner: no row given, on the embedded default environment (whose seed
+    requires ``initial_count``, so an empty row would be refused)."""
+    out = cli("--client", "json", "--bridge-url", counter_bridge.url)
+    assert out.returncode == 0, out.stderr
+    url, headers = connection("json", out.stdout, "example_session_state_mgmt")
+    first = gym_data("example_session_state_mgmt")[0]
+    async with mcp_client(url, headers[HEADER]) as session:
+        value = await session.call_tool("get_counter_value", {})
+    assert value.structured_content == {"count": first["initial_count"]}
+
+
 def test_errors_are_one_line_and_exit_2(counter_bridge: BridgeProcess, tmp_path: Path) -> None:
-    no_row = cli("--client", "json", "--bridge-url", counter_bridge.url)
-    assert no_row.returncode == 2 and no_row.stdout == ""
-    assert "HTTP 422" in no_row.stderr and "initial_count" in no_row.stderr and "--row" in no_row.stderr
-    assert len(no_row.stderr.strip().splitlines()) == 1
+    empty_row = cli(
+        "--client",
+        "json",
+        "--bridge-url",
+        counter_bridge.url,
+        "--row-json",
+        '{"responses_create_params": {"input": []}}',
+    )
+    assert empty_row.returncode == 2 and empty_row.stdout == ""
+    assert (
+        "HTTP 422" in empty_row.stderr and "initial_count" in empty_row.stderr and "--row" in empty_row.stderr
+    )
+    assert len(empty_row.stderr.strip().splitlines()) == 1
 
     unreachable = cli("--client", "codex", "--bridge-url", "http://127.0.0.1:9", "--row-json", "{}")
     assert unreachable.returncode == 2 and "cannot reach the bridge" in unreachable.stderr

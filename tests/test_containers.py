@@ -3,7 +3,8 @@
 Marked `containers`. They run wherever a container engine can: Docker when one answers, else
 podman's Docker-compatible API (`podman system service`) with the project-local podman
 configuration and the local stand-in base image (scripts/ci-containers.sh installs both). They
-are skipped, with the reason, only when no engine can run a container here.
+are skipped, with the reason, only when no engine can run a container here, and never under
+``CI=true``: there a missing engine fails the run (``.ci/run`` installs podman first).
 
 The image is built once per session through the Docker SDK for Python (layers cached by the
 engine) and kept under the tag localhost/gym-mcp-bridge:test as the cache for the next run
@@ -63,6 +64,8 @@ def engine() -> Iterator[Engine]:
     try:
         eng = connect_engine()
     except NoEngine as exc:
+        if os.environ.get("CI") == "true":  # a green CI must have run them: .ci/run installs podman
+            pytest.fail(f"no container engine can run here under CI=true: {exc}")
         pytest.skip(f"no container engine can run here: {exc}")
     TIMINGS.update(eng.timings)
     try:
@@ -96,6 +99,15 @@ def secret(tmp_path: Path) -> Path:
     path = tmp_path / "bridge_secret"
     path.write_text(os.urandom(32).hex() + "\n")
     path.chmod(0o644)  # readable by the container's non-root user
+    tmp_path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def api_key(tmp_path: Path) -> Path:
+    path = tmp_path / "bridge_api_key"
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o644)
     tmp_path.chmod(0o755)
     return path
 
@@ -220,6 +232,13 @@ def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
         assert code == 0 and out.strip() not in ("", "0"), f"runs as uid {out.strip()!r}"
         assert not any("SECRET=" in e for e in config.get("Env") or []), config.get("Env")
 
+        # DNS-rebinding protection is on in the container too (bound to 0.0.0.0): a foreign Host is
+        # refused, the loopback names a published port is reached under are served
+        foreign = httpx.post(f"{box.base_url}/seed_session", json={}, headers={"host": "attacker.example"})
+        assert foreign.status_code == 421, foreign.text
+        local = httpx.get(f"{box.base_url}/readyz", headers={"host": f"localhost:{box.port}"})
+        assert local.status_code == 200
+
         t1 = time.monotonic()
         seen = rollout(box.base_url)
         TIMINGS["rollout_s"] = time.monotonic() - t1
@@ -321,7 +340,7 @@ def compose_command(engine: Engine) -> list[str]:
     return [str(Path(next(iter(compose.__path__))) / "docker-compose")]
 
 
-def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None:
+def test_compose_both_profiles(engine: Engine, image: str, secret: Path, api_key: Path) -> None:
     """compose.yaml up with the sidecar profile: the default bridge (managed) and the sidecar pair
     (Gym container + bridge in external mode) each serve a full rollout."""
     project = f"gmbtest{uuid.uuid4().hex[:8]}"
@@ -330,6 +349,7 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None
         **engine.cli_env,
         "GYM_MCP_BRIDGE_IMAGE": image,
         "GYM_MCP_BRIDGE_SECRET_PATH": str(secret),
+        "GYM_MCP_BRIDGE_API_KEY_PATH": str(api_key),
         "GYM_MCP_BRIDGE_PUBLISH_HOST": "127.0.0.1",
         "GYM_MCP_BRIDGE_PUBLISH_PORT": str(port),
         "GYM_MCP_BRIDGE_SIDECAR_PUBLISH_PORT": str(sidecar_port),
@@ -363,7 +383,9 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None
             assert health["advertise_url"] == url
             mode = health["upstream"]["mode"]
             assert mode == ("external" if name == "bridge-sidecar" else "managed"), health
-            seen = rollout(url)
+            assert health["rest_auth"] == "api_key", health
+            assert httpx.post(f"{url}/seed_session", json={}, timeout=10).status_code == 401  # no key
+            seen = rollout(url, api_key=api_key.read_text().strip())
             assert seen == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}, (name, seen)
     finally:
         t1 = time.monotonic()
@@ -386,7 +408,7 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path) -> None
 # ------------------------------------------------------------------- the Kubernetes pod
 
 
-def test_kubernetes_pod_layout(engine: Engine, image: str, secret: Path) -> None:
+def test_kubernetes_pod_layout(engine: Engine, image: str, secret: Path, api_key: Path) -> None:
     """The StatefulSet's pod, without Kubernetes: its two containers as written in
     examples/kubernetes/statefulset.yaml (commands, args, env, read-only root, /tmp) sharing one
     network namespace. The resources server's probe passes, a rollout works through the bridge in
@@ -436,7 +458,10 @@ def test_kubernetes_pod_layout(engine: Engine, image: str, secret: Path) -> None
             image,
             command=bridge_spec["args"],
             environment=bridge_env,
-            volumes={str(secret): {"bind": secret_path, "mode": "ro"}},
+            volumes={
+                str(secret): {"bind": secret_path, "mode": "ro"},
+                str(api_key): {"bind": bridge_env["GYM_MCP_BRIDGE_API_KEY_FILE"], "mode": "ro"},
+            },
             network_mode=f"container:{gym.id}",
             detach=True,
             **common,
@@ -461,7 +486,11 @@ def test_kubernetes_pod_layout(engine: Engine, image: str, secret: Path) -> None
         probe = gym_spec["livenessProbe"]["exec"]["command"]
         code, out = gym.exec_run(probe)
         assert code == 0, out
-        assert rollout(base_url) == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}
+        assert rollout(base_url, api_key=api_key.read_text().strip()) == {
+            "counter": 6,
+            "reward_5": 0.0,
+            "reward_6": 1.0,
+        }
 
         # preStop of the resources server: blocks while the bridge runs, returns once it is gone.
         prestop = gym_spec["lifecycle"]["preStop"]["exec"]["command"]

@@ -78,8 +78,10 @@ def test_dockerfile_stages_and_base() -> None:
     stages = dockerfile_stages()
     assert len(stages) >= 3, "multi-stage: bridge env, Gym env, runtime"
     froms = [stage[0][1] for stage in stages]
-    assert froms[0].startswith("python:3.12-slim"), froms
-    assert froms[-1] == "python:3.12-slim", "the runtime stage starts from the slim image, no build tools"
+    assert froms[0] == "${PYTHON_BASE} AS uv" and froms[-1] == "${PYTHON_BASE}", froms
+    base = re.search(r"^ARG PYTHON_BASE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert base is not None, "the base image is an ARG"
+    assert re.fullmatch(r"python:3\.12-slim@sha256:[0-9a-f]{64}", base[1]), "pinned by digest by default"
     flat = [(i, a) for stage in stages for i, a in stage]
     assert any(i == "ARG" and a == "NEMO_GYM_VERSION=0.4.0" for i, a in flat)
     runs = " ".join(a for i, a in flat if i == "RUN")
@@ -146,8 +148,12 @@ def test_compose_default_profile() -> None:
     assert bridge["environment"]["GYM_MCP_BRIDGE_PORT"] == "8000"
     assert bridge["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == "http://localhost:8000"
     assert "/readyz" in " ".join(bridge["healthcheck"]["test"])
-    assert [s["source"] for s in bridge["secrets"]] == ["bridge_secret"]
+    assert [s["source"] for s in bridge["secrets"]] == ["bridge_secret", "bridge_api_key"]
     assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET_FILE"] == "/run/secrets/bridge_secret"
+    assert bridge["environment"]["GYM_MCP_BRIDGE_API_KEY_FILE"] == "/run/secrets/bridge_api_key"
+    assert "GYM_MCP_BRIDGE_API_KEY" not in bridge["environment"], (
+        "the API key comes from the secret file only"
+    )
     assert "GYM_MCP_BRIDGE_SECRET" not in bridge["environment"], "the key comes from the secret file only"
     assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
     assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
@@ -271,6 +277,14 @@ def test_probes_and_drain() -> None:
     bridge = _container(pod, "bridge")
     assert bridge["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert bridge["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # the bridge's startup probe waits at least as long as the resources server may take to boot
+    startup = bridge["startupProbe"]
+    upstream = _container(pod, "resources-server")["startupProbe"]
+    assert startup["httpGet"]["path"] == "/readyz"
+    assert (
+        startup["periodSeconds"] * startup["failureThreshold"]
+        >= upstream["periodSeconds"] * upstream["failureThreshold"]
+    )
     for c in pod["containers"]:
         assert "preStop" in c.get("lifecycle", {}), f"{c['name']} has no preStop"
     gym_prestop = " ".join(_container(pod, "resources-server")["lifecycle"]["preStop"]["exec"]["command"])
@@ -325,5 +339,26 @@ def test_deploy_env_vars_are_bridge_settings() -> None:
         "SIDECAR_PUBLISH_PORT",
         "SIDECAR_ADVERTISE_URL",
         "SECRET_PATH",
+        "API_KEY_PATH",
     }
     assert used <= fields, f"not bridge settings: {sorted(used - fields)}"
+
+
+def test_examples_ship_an_api_key_and_a_network_policy() -> None:
+    docs = k8s_docs()
+    secret = docs["Secret/gym-mcp-bridge-signing-key"]["stringData"]
+    assert set(secret) == {"secret", "api-key"}
+    from bridge.settings import PLACEHOLDER_KEYS
+
+    assert set(secret.values()) <= PLACEHOLDER_KEYS, "the shipped values are the ones the bridge refuses"
+    pod = docs["StatefulSet/gym-mcp-bridge"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in _container(pod, "bridge")["env"]}
+    mounted = {
+        item["key"]: item["path"] for v in pod["volumes"] if "secret" in v for item in v["secret"]["items"]
+    }
+    assert env["GYM_MCP_BRIDGE_API_KEY_FILE"].endswith("/" + mounted["api-key"])
+    assert "gym-mcp-bridge.$(POD_NAMESPACE).svc:*" in env["GYM_MCP_BRIDGE_ALLOWED_HOSTS"]
+    policy = docs["NetworkPolicy/gym-mcp-bridge"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gym-mcp-bridge"}
+    sources = policy["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "trainer"}}} in sources

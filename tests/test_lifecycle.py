@@ -73,7 +73,17 @@ def test_startup_timeout_names_server_budget_and_log_tail() -> None:
             {},
             "did not answer within 1s",
         ),
-        ([], {"GYM_MCP_BRIDGE_SECRET": "short"}, "every signing key must be at least 16 characters"),
+        (
+            [],
+            {"GYM_MCP_BRIDGE_SECRET": "short"},
+            "every signing key must be at least 32 bytes (one is 5); make one with: openssl rand -hex 32",
+        ),
+        ([], {"GYM_MCP_BRIDGE_SECRET": "x" * 31}, "at least 32 bytes (one is 31)"),
+        (
+            [],
+            {"GYM_MCP_BRIDGE_SECRET": "REPLACE-ME-with-the-output-of-openssl-rand-hex-32"},
+            "the signing key is the placeholder shipped in the examples; make one with: openssl rand -hex 32",
+        ),
     ],
 )
 def test_bad_settings_are_one_clear_line(args: list[str], env: dict[str, str], expected: str) -> None:
@@ -180,3 +190,52 @@ def test_an_unknown_config_instance_names_the_instances_there() -> None:
         "has no resources_servers instance named nope (instances: example_session_state_mgmt_resources_server"
         in (result.stderr)
     )
+
+
+def test_healthz_answers_from_the_bind_while_a_slow_upstream_boots(spawn_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Liveness must not wait for the upstream (a pod's liveness probe would restart it in a loop):
+    /healthz is 200 within 1 s of the port listening, /readyz 503 with the reason until ready."""
+    import socket
+
+    from tests.fixtures.helpers import FAULT_SPEC, fault_env
+
+    bridge = spawn_bridge(
+        ["--resources-server", FAULT_SPEC], env=fault_env(FAULT_FIXTURE_BOOT_DELAY_S="6"), wait_ready=False
+    )
+    deadline = time.monotonic() + 60
+    while True:  # the moment the port listens
+        assert time.monotonic() < deadline, bridge.log()
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", bridge.port)) == 0:
+                break
+        time.sleep(0.01)
+    listening = time.monotonic()
+    while True:
+        try:
+            health = httpx.get(f"{bridge.url}/healthz", timeout=2)
+            if health.status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() - listening < 5, bridge.log()
+        time.sleep(0.01)
+    assert time.monotonic() - listening < 1.0
+    body = health.json()
+    assert body["starting"] is True and body["upstream"]["ready"] is False and body["rest_auth"] == "none"
+    ready = httpx.get(f"{bridge.url}/readyz", timeout=2)
+    reason = ready.json()["reason"]
+    assert ready.status_code == 503 and ("starting" in reason or FAULT_SPEC in reason), ready.text
+    seed = httpx.post(f"{bridge.url}/seed_session", json=counter_row(0), timeout=5)
+    assert (
+        seed.status_code == 503 and seed.headers["retry-after"] == "2" and "starting" in seed.json()["detail"]
+    )
+    rpc = httpx.post(f"{bridge.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=5)
+    assert rpc.status_code == 503 and "starting" in rpc.json()["error"]["message"]
+    bridge.wait_ready(120)
+    token = bridge.seed(counter_row(4))["mcp"]["headers"]["X-NeMo-Gym-Session-Token"]
+    value = httpx.post(
+        f"{bridge.url}/get_counter_value", json={}, headers={"X-NeMo-Gym-Session-Token": token}, timeout=10
+    )
+    assert value.json() == {"count": 4}
+    assert bridge.health()["instance"] == body["instance"] and "starting" not in bridge.health()

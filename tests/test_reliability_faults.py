@@ -102,7 +102,7 @@ async def test_slow_upstream_times_out_at_the_budget_while_other_sessions_stay_r
 @pytest.mark.parametrize(
     ("tool", "expected"),
     [
-        ("fail_500", ["upstream answered HTTP 500", FAIL_500_TEXT]),
+        ("fail_500", [FAIL_500_TEXT]),  # the upstream's body as a model reads it over plain HTTP
         ("close_connection", ["upstream failed on /close_connection"]),
     ],
 )

@@ -414,7 +414,7 @@ def test_non_loopback_bind_without_api_key_warns(log_dir: Path, upstream: str) -
             bridge.stop()
 
 
-async def test_dns_rebinding_protection_on_by_default_on_loopback(log_dir: Path, upstream: str) -> None:
+async def test_dns_rebinding_protection_on_by_default(log_dir: Path, upstream: str) -> None:
     bridge = external_bridge(log_dir, upstream)
     try:
         token = seed(bridge, counter_row(0))
@@ -440,6 +440,25 @@ async def test_dns_rebinding_protection_on_by_default_on_loopback(log_dir: Path,
         bridge.stop()
 
 
+async def test_dns_rebinding_protection_stays_on_when_bound_to_every_address(
+    log_dir: Path, upstream: str
+) -> None:
+    """As in a container (bound to 0.0.0.0 behind ``-p 127.0.0.1:8000:8000``): still on."""
+    bridge = BridgeProcess(
+        args=["--upstream-url", upstream, "--server-name", "fault_injection_server"], host="0.0.0.0"
+    ).start(log_dir, timeout=60)
+    try:
+        token = seed(bridge, counter_row(0), host_header=f"localhost:{bridge.port}")
+        evil = {"host": "attacker.example"}
+        assert mcp_post(bridge, rpc_call("get_counter_value", {}), token, **evil).status_code == 421
+        rest = httpx.post(f"{bridge.url}/seed_session", json=counter_row(0), headers=evil, timeout=10)
+        assert rest.status_code == 421
+        local = {"host": f"127.0.0.1:{bridge.port}"}
+        assert mcp_post(bridge, rpc_call("get_counter_value", {}), token, **local).status_code == 200
+    finally:
+        bridge.stop()
+
+
 async def test_dns_rebinding_allow_lists_are_configurable(log_dir: Path, upstream: str) -> None:
     custom = external_bridge(
         log_dir, upstream, "--allowed-hosts", "gym.internal:*", "--allowed-origins", "https://ui.example"
@@ -449,9 +468,10 @@ async def test_dns_rebinding_allow_lists_are_configurable(log_dir: Path, upstrea
         token = seed(custom, counter_row(0), host_header=f"gym.internal:{custom.port}")
         ok = {"host": f"gym.internal:{custom.port}", "origin": "https://ui.example"}
         assert mcp_post(custom, rpc_call("get_counter_value", {}), token, **ok).status_code == 200
-        assert (
-            mcp_post(custom, rpc_call("get_counter_value", {}), token).status_code == 421
-        )  # 127.0.0.1 not listed
+        # the list extends the defaults (loopback names stay served); any other host is refused
+        assert mcp_post(custom, rpc_call("get_counter_value", {}), token).status_code == 200
+        other_host = {"host": f"other.internal:{custom.port}"}
+        assert mcp_post(custom, rpc_call("get_counter_value", {}), token, **other_host).status_code == 421
         anything = {"host": "anything.example", "origin": "http://elsewhere.example"}
         other = seed(off, counter_row(0))
         assert mcp_post(off, rpc_call("get_counter_value", {}), other, **anything).status_code == 200

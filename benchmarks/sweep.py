@@ -1,0 +1,372 @@
+"""Compatibility sweep: every bundled Gym environment behind the bridge, scored natively and bridged.
+
+``python -m benchmarks.sweep [ENV ...] [--out docs/compatibility.md] [--json FILE]`` (``make sweep``).
+For each environment of the Gym environment's ``resources_servers`` that ships
+``data/example.jsonl`` (or the ones named):
+
+1. ``gym-mcp-bridge serve --resources-server <env>`` starts it in managed mode, as a user would
+   (its own environment built from its ``requirements.txt`` on first use, its directory as working
+   directory, its config resolved); a start that fails is reported in a user's words (needs a
+   model, needs network, needs an API key, ...), from the bridge's own one-line error;
+2. the tools the bridge found are counted (``tools/list`` without a token: the upstream's set);
+3. each shipped rollout (``data/example_rollouts.jsonl``; its row joined from ``example.jsonl`` by
+   id or prompt when one matches, else the record's own fields) is replayed natively — seed, the
+   recorded calls, verify, straight against the upstream over Gym's HTTP (its own ``/mcp`` for an
+   MCP-native server) — and bridged — seed through the bridge, the calls over MCP with the official
+   SDK client, verify through the bridge — against the same upstream; parity is k of the n
+   rollouts that scored natively whose bridged reward equals the native one.
+
+The table goes to ``--out`` (Markdown) with the date, machine and command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bridge import replay
+
+ROOT = Path(__file__).resolve().parent.parent
+GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
+SECRET = "sweep-secret-0123456789abcdef0123456789"
+MAX_ROLLOUTS = 10
+ROLLOUT_TIMEOUT_S = 90.0
+
+
+@dataclass
+class EnvResult:
+    env: str
+    started: bool = False
+    why: str = ""  # why it did not start, in a user's words
+    tools: int = 0
+    rollouts: int = 0
+    native_scored: int = 0  # rollouts that got a reward natively
+    parity: int = 0  # of those, bridged reward == native reward
+    note: str = ""  # e.g. why rollouts did not score natively
+    native_error: str = ""  # the first native replay error, as it came
+    start_s: float = 0.0
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+
+
+def gym_root() -> Path:
+    found = next((ROOT / ".gym-env" / "lib").glob("python3.*/site-packages/resources_servers"), None)
+    if found is None:
+        raise SystemExit("the Gym environment is missing: run 'make setup'")
+    return found
+
+
+def bundled_envs() -> list[str]:
+    return sorted(d.name for d in gym_root().iterdir() if (d / "data" / "example.jsonl").is_file())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def user_reason(log: str) -> str:
+    """Why a start failed, in a user's words, from the bridge's log."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    text = "\n".join(lines)
+    error = next((line for line in reversed(lines) if "gym-mcp-bridge:" in line), "")
+    detail = error.split("gym-mcp-bridge: ", 1)[-1].split("; last log lines:")[0]
+    if lines and "last log lines" in error:  # the child's own last words say why
+        detail = f"{detail}: {lines[-1].strip().removeprefix('upstream_boot: ')}"
+    checks = [
+        (
+            r"cannot install .*(Could not resolve host|git\+|github\.com)",
+            "needs network (a requirement is fetched from GitHub)",
+        ),
+        (r"cannot install", "a requirement cannot be installed here"),
+        (r"needs the config value '([^']*(api_key|token)[^']*)'", "needs an API key ({0})"),
+        (r"needs the config value '([^']+)'", "needs a config value ({0})"),
+        (r"(?i)cuda|nvidia-smi|no gpu|gpu", "needs a GPU"),
+        (
+            r"(?i)(Could not resolve host|Temporary failure in name resolution|huggingface\.co|ConnectError|Name or service not known)",
+            "needs network",
+        ),
+        (r"(?i)(docker|podman|apptainer|singularity)", "needs a container runtime"),
+        (r"(?i)sandbox", "needs a code sandbox service"),
+        (r"(?i)(No such file or directory|FileNotFoundError)", "needs data files not shipped in the wheel"),
+    ]
+    for pattern, words in checks:
+        found = re.search(pattern, text)
+        if found:
+            reason = words.format(*(g for g in found.groups() if g)) if "{0}" in words else words
+            return f"{reason}: {_short(detail or found.group(0))}"
+    return _short(detail) or "did not start (see the bridge log)"
+
+
+def _short(text: str, limit: int = 220) -> str:
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def start_bridge(
+    env: str, log_path: Path, budget_s: float
+) -> tuple[subprocess.Popen[bytes] | None, str, int]:
+    """(process, "" or why not, port); the bridge is ready when the process is returned with ""."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bridge", "serve", "--port", str(port), "--resources-server", env]
+    argv += ["--startup-timeout-s", str(min(budget_s, 240)), "--no-restart-upstream"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "GYM_MCP_BRIDGE_SECRET": SECRET},
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None, user_reason(log_path.read_text(errors="replace")), port
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return proc, "", port
+        time.sleep(0.3)
+    stop(proc)
+    return None, f"not ready within {budget_s:g}s: {user_reason(log_path.read_text(errors='replace'))}", port
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def rollouts_of(env: str) -> list[tuple[dict[str, Any], dict[str, Any], float | None]]:
+    """(row, response, recorded reward) for the shipped rollouts, joined with the rows when they match."""
+    data = gym_root() / env / "data"
+    path = data / "example_rollouts.jsonl"
+    if not path.is_file():
+        return []
+    rows = replay.load_jsonl(data / "example.jsonl")
+    found = []
+    for record in replay.load_jsonl(path)[:MAX_ROLLOUTS]:
+        if not isinstance(record.get("response"), dict):
+            continue
+        row, _ = replay.join_row(record, rows)
+        if row is None:
+            row, _ = replay.join_row(record, None)
+        assert row is not None
+        reward = record.get("reward")
+        found.append((row, record["response"], float(reward) if isinstance(reward, int | float) else None))
+    return found
+
+
+async def tool_count(url: str) -> int:
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(
+            f"{url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            headers={"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"},
+        )
+        return len(answer.json().get("result", {}).get("tools", []))
+
+
+async def score(url: str, env: str, result: EnvResult) -> None:
+    health = httpx.get(f"{url}/healthz", timeout=10).json()
+    upstream_url = health["upstream"]["url"]
+    result.tools = await tool_count(url)
+    cases = rollouts_of(env)
+    result.rollouts = len(cases)
+    native_errors: list[str] = []
+    for index, (row, response, _) in enumerate(cases):
+        try:
+            native = await asyncio.wait_for(
+                replay.replay_native(upstream_url, row, response), ROLLOUT_TIMEOUT_S
+            )
+        except Exception as exc:
+            native_errors.append(_native_error(exc))
+            continue
+        if native is None:
+            native_errors.append("verify returned no reward")
+            continue
+        result.native_scored += 1
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http:
+                verdict, _, _ = await asyncio.wait_for(
+                    replay.replay_over_mcp(http, row, response, "claude-code", None), ROLLOUT_TIMEOUT_S
+                )
+            bridged = replay._reward(verdict)
+        except Exception as exc:
+            result.mismatches.append(
+                {"rollout": index, "native": native, "bridge": None, "error": _short(str(exc))}
+            )
+            continue
+        if bridged is not None and abs(bridged - native) <= 1e-9:
+            result.parity += 1
+        else:
+            result.mismatches.append({"rollout": index, "native": native, "bridge": bridged})
+    if native_errors:
+        result.native_error = native_errors[0][:1000]
+        result.note = _verify_reason(native_errors[0])
+
+
+def _native_error(exc: Exception) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}: {exc.response.text[:300]}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {ROLLOUT_TIMEOUT_S:g}s"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _verify_reason(error: str) -> str:
+    lowered = error.lower()
+    if "configkeyerror" in lowered or "missing key" in lowered:  # asks the config for a model server
+        return f"scoring needs a model (a judge or policy model server): {_short(error, 160)}"
+    if any(
+        word in lowered for word in ("judge", "model", "policy", "responses_api_models", "/v1/", "openai")
+    ):
+        return f"scoring needs a model: {_short(error, 160)}"
+    if any(word in lowered for word in ("connect", "resolve host", "name resolution", "network")):
+        return f"scoring needs network or a service: {_short(error, 160)}"
+    if "sandbox" in lowered:
+        return f"scoring needs a code sandbox service: {_short(error, 160)}"
+    return f"does not score natively: {_short(error, 160)}"
+
+
+def sweep_one(env: str, log_dir: Path, budget_s: float) -> EnvResult:
+    result = EnvResult(env)
+    started = time.monotonic()
+    proc, why, port = start_bridge(env, log_dir / f"{env}.log", budget_s)
+    result.start_s = round(time.monotonic() - started, 1)
+    if proc is None:
+        result.why = why
+        return result
+    result.started = True
+    try:
+        asyncio.run(score(f"http://127.0.0.1:{port}", env, result))
+    except Exception as exc:
+        result.note = f"sweep error: {_short(f'{type(exc).__name__}: {exc}')}"
+    finally:
+        stop(proc)
+    return result
+
+
+def parity_text(r: EnvResult) -> str:
+    if not r.started:
+        return "-"
+    if r.rollouts == 0:
+        return "no rollouts shipped"
+    if r.native_scored == 0:
+        return f"0/0 ({r.note or 'no rollout scored natively'})"
+    text = f"{r.parity}/{r.native_scored}"
+    if r.native_scored < r.rollouts:
+        text += f" ({r.rollouts - r.native_scored} of {r.rollouts} did not score natively: {r.note})"
+    return text
+
+
+def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
+    started = [r for r in results if r.started]
+    scoring = [r for r in started if r.native_scored]
+    full = [r for r in scoring if r.parity == r.native_scored]
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpus = os.cpu_count()
+    memory = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f", {kib / 1024 / 1024:.0f} GB RAM"
+    gym_version = subprocess.run(
+        [str(GYM_PYTHON), "-c", "import importlib.metadata as m; print(m.version('nemo-gym'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    lines = [
+        "# Compatibility: every bundled Gym environment behind the bridge",
+        "",
+        "Generated by `make sweep` (`python -m benchmarks.sweep`); do not edit by hand. Each environment of",
+        f"the nemo-gym {gym_version} wheel that ships `data/example.jsonl` is started by name in managed mode",
+        "(`gym-mcp-bridge serve --resources-server <env>`: its own environment from its `requirements.txt`, its",
+        "directory as working directory, its config resolved), then each shipped rollout",
+        "(`data/example_rollouts.jsonl`, joined with its row from `example.jsonl`) is replayed natively",
+        "(straight to the upstream over Gym's HTTP, or its own `/mcp` for an MCP-native server) and bridged",
+        "(seed, MCP `tools/call` with the official SDK client, `/verify` through the bridge) against the same",
+        "upstream. *Parity* counts the rollouts that scored natively whose bridged reward equals the native one.",
+        "",
+        f"- Date: {date}; machine: {platform.machine()}, {cpus} cores{memory}, {platform.system()} "
+        f"{platform.release()}; no GPU; network: package registries only; no model",
+        f"- Command: `{command}` ({elapsed_s / 60:.0f} min)",
+        f"- Started: **{len(started)}/{len(results)}**; scored natively: {len(scoring)}; full parity: "
+        f"**{len(full)}/{len(scoring)}** environments, "
+        f"{sum(r.parity for r in scoring)}/{sum(r.native_scored for r in scoring)} rollouts",
+        "",
+        "| environment | started | tools | reward parity (bridged = native) |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        state = f"yes ({r.start_s:.0f} s)" if r.started else f"no: {r.why}"
+        lines.append(f"| `{r.env}` | {state} | {r.tools if r.started else '-'} | {parity_text(r)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("envs", nargs="*", help="environments to sweep (default: every bundled one)")
+    parser.add_argument("--out", type=Path, help="write the Markdown table here (e.g. docs/compatibility.md)")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="per environment: build + start budget")
+    parser.add_argument("--log-dir", type=Path, default=ROOT / ".cache" / "sweep-logs")
+    parser.add_argument("--render", type=Path, help="only re-render --out from a --json file of a past run")
+    args = parser.parse_args(argv)
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        results = [EnvResult(**r) for r in saved["results"]]
+        for r in results:
+            if r.native_error:
+                r.note = _verify_reason(r.native_error)
+        if args.out:
+            args.out.write_text(markdown(results, saved["command"], saved["elapsed_s"]))
+        return 0
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    envs = args.envs or bundled_envs()
+    began = time.monotonic()
+    command = "make sweep" if not args.envs else f"python -m benchmarks.sweep {' '.join(args.envs)}"
+    results = []
+    for number, env in enumerate(envs, 1):
+        result = sweep_one(env, args.log_dir, args.budget_s)
+        results.append(result)
+        state = "started" if result.started else f"not started: {result.why}"
+        print(
+            f"[{number}/{len(envs)}] {env}: {state}; tools {result.tools}; parity {parity_text(result)}",
+            flush=True,
+        )
+        if args.json:
+            saved = {
+                "command": command,
+                "elapsed_s": time.monotonic() - began,
+                "results": [asdict(r) for r in results],
+            }
+            args.json.write_text(json.dumps(saved, indent=2))
+    if args.out:
+        args.out.write_text(markdown(results, command, time.monotonic() - began))
+    broken = [r for r in results if r.started and r.native_scored and r.parity != r.native_scored]
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

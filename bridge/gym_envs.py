@@ -1,0 +1,262 @@
+"""Per-environment Python environments for managed upstreams, as Gym's own runner builds them.
+
+Gym gives every resources server an environment of its own, built from the server directory's
+``requirements.txt`` (minus the line that installs nemo-gym itself from ``../..``) with ``ray`` and
+``openai`` pinned to the parent's versions. The bridge does the same, layered on the base Gym
+environment (``gym_python``) instead of a full copy of it:
+
+- ``locate`` finds the server's directory for a spec (bundled name, ``resources_servers.<env>...:Class``,
+  or a config YAML whose instance names a bundled env) by asking the base interpreter where
+  ``resources_servers`` lives;
+- an environment whose ``requirements.txt`` adds nothing runs on the base interpreter itself;
+- otherwise ``ensure`` builds, once, a venv on the base interpreter under
+  ``<cache>/<env>-<hash>/`` (hash of the requirement lines and the base's identity) whose
+  site-packages holds what uv installs from those lines and a ``.pth`` that adds the base's
+  site-packages after it: the server's own pins win, everything else comes from the base. Builds
+  are serialized by a lock file, marked complete only when uv succeeded, and reused afterwards.
+
+A failed build raises ``EnvBuildError`` whose text is one line naming the package uv could not
+install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.settings import PROJECT_ROOT
+
+log = logging.getLogger("gym_mcp_bridge.gym_envs")
+
+DEFAULT_CACHE = PROJECT_ROOT / ".cache" / "gym-envs"
+COMPLETE_MARKER = ".bridge-env-complete"
+PINNED_FROM_BASE = ("openai", "ray")  # Gym's head-server deps: children match the parent exactly
+_YAML_ENV = re.compile(r"^\s+resources_servers:\s*\n\s+([A-Za-z0-9_.-]+):", re.MULTILINE)
+_REQUIREMENT_NAME = re.compile(r"^\s*(?:-e\s+)?([A-Za-z0-9][A-Za-z0-9._-]*)")
+_QUERY = """
+import importlib.metadata as m, importlib.util as u, json, sysconfig
+spec = u.find_spec("resources_servers")
+root = next(iter(spec.submodule_search_locations), None) if spec and spec.submodule_search_locations else None
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return None
+print(json.dumps({"root": root, "purelib": sysconfig.get_paths()["purelib"],
+                  "versions": {n: version(n) for n in ("nemo-gym", "openai", "ray")}}))
+"""
+
+
+class EnvBuildError(Exception):
+    """The server's own environment could not be built; str(exc) is one line naming the package."""
+
+
+@dataclass(frozen=True, slots=True)
+class GymEnv:
+    """Where and how a managed upstream runs: its interpreter, its directory (working directory and
+    ``PYTHONPATH``), and the requirement lines its own environment was built from (empty: base)."""
+
+    python: Path
+    directory: Path | None
+    requirements: tuple[str, ...] = ()
+
+    def child_env(self, environ: dict[str, str]) -> dict[str, str]:
+        """The server's process environment as Gym's runner gives it: its venv activated (``python``
+        on ``PATH`` is its interpreter) and ``uv`` on ``PATH`` (some servers build venvs of their own)."""
+        bin_dir = str(self.python.parent)
+        uv = find_uv()
+        extra = [bin_dir] + ([str(Path(uv).parent)] if uv and str(Path(uv).parent) != bin_dir else [])
+        path = os.pathsep.join([*extra, environ.get("PATH", os.defpath)])
+        added = {"PATH": path}
+        if (self.python.parent.parent / "pyvenv.cfg").is_file():
+            added["VIRTUAL_ENV"] = str(self.python.parent.parent)
+        return {**environ, **added}
+
+
+@dataclass(frozen=True, slots=True)
+class BaseInfo:
+    root: Path | None  # the resources_servers package directory
+    purelib: Path
+    versions: dict[str, str | None]
+
+
+async def query_base(gym_python: Path) -> BaseInfo:
+    proc = await asyncio.create_subprocess_exec(
+        str(gym_python),
+        "-c",
+        _QUERY,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        lines = err.decode(errors="replace").strip().splitlines()
+        raise EnvBuildError(f"{gym_python} cannot be queried: {lines[-1] if lines else proc.returncode}")
+    data = json.loads(out)
+    return BaseInfo(
+        root=Path(data["root"]) if data["root"] else None,
+        purelib=Path(data["purelib"]),
+        versions=dict(data["versions"]),
+    )
+
+
+def locate(spec: str, root: Path | None) -> Path | None:
+    """The server directory a spec runs in, or None when it is not a bundled environment's."""
+    if root is None:
+        return None
+    if spec.endswith((".yaml", ".yml")) or re.search(r"\.ya?ml:[^/]+$", spec):
+        path = Path(spec.rsplit(":", 1)[0] if not spec.endswith((".yaml", ".yml")) else spec)
+        if path.parent.name == "configs" and (path.parent.parent / "app.py").is_file():
+            return path.parent.parent.resolve()
+        try:
+            found = _YAML_ENV.search(path.read_text())
+        except OSError:
+            return None
+        name = found.group(1) if found else None
+    elif ":" in spec:
+        parts = spec.partition(":")[0].split(".")
+        name = parts[1] if len(parts) > 2 and parts[0] == "resources_servers" else None
+    else:
+        name = spec
+    if not name or "/" in name or name.startswith("."):
+        return None
+    directory = root / name
+    return directory if directory.is_dir() else None
+
+
+def requirement_lines(directory: Path) -> list[str]:
+    """The server's own requirements as Gym installs them: ``requirements.txt`` without lines that
+    reach ``../..`` (nemo-gym itself), comments and blanks."""
+    path = directory / "requirements.txt"
+    if not path.is_file():
+        return []
+    lines = []
+    for raw in path.read_text().splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if line and not line.startswith("#") and "../.." not in line:
+            lines.append(line)
+    return lines
+
+
+def env_dir(cache: Path, name: str, lines: list[str], base: BaseInfo, gym_python: Path) -> Path:
+    identity = json.dumps(
+        {"lines": lines, "python": str(gym_python.resolve()), "purelib": str(base.purelib), **base.versions},
+        sort_keys=True,
+    )
+    return cache / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+
+
+def find_uv() -> str | None:
+    for candidate in (
+        os.environ.get("UV"),
+        shutil.which("uv"),
+        str(PROJECT_ROOT / ".cache" / "uv-venv" / "bin" / "uv"),
+        str(Path(sys.prefix) / "bin" / "uv"),
+    ):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def failed_package(lines: list[str], uv_output: str) -> str:
+    """One line: which requirement uv could not install, and uv's own reason."""
+    text = uv_output.lower()
+    names = [(m.group(1), line) for line in lines if (m := _REQUIREMENT_NAME.match(line))]
+    culprit = next((line for name, line in names if name.lower() in text), None)
+    if culprit is None:
+        culprit = next((line for line in lines if line.lower() in text), None)
+    detail = [
+        s.strip()
+        for s in uv_output.splitlines()
+        if s.strip()
+        and not s.lstrip().startswith(("Using Python", "Resolved", "Prepared", "Installed", "Audited"))
+    ]
+    reason = next(
+        (d for d in reversed(detail) if "fatal:" in d or "Could not resolve host" in d),
+        next(
+            (d for d in detail if d.lower().startswith(("error", "\u00d7", "cause"))),
+            detail[0] if detail else "",
+        ),
+    )
+    reason = re.sub("^(error|cause|\u00d7)\\s*:?\\s*", "", reason, flags=re.IGNORECASE)
+    what = f"cannot install {culprit!r}" if culprit else "cannot install its requirements"
+    return f"{what}: {reason}"[:400]
+
+
+async def _run(argv: list[str]) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def build(target: Path, name: str, lines: list[str], base: BaseInfo, gym_python: Path) -> None:
+    """Build the layered venv at ``target`` (under its lock); a no-op when a complete one is there."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        if (target / COMPLETE_MARKER).is_file():
+            return
+        uv = find_uv()
+        if uv is None:
+            raise EnvBuildError(
+                f"{name} needs its own environment ({', '.join(lines)}) but uv is not installed"
+            )
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.monotonic()
+        log.info(
+            "building the environment of %s (first use; reused afterwards): %s -> %s",
+            name,
+            " ".join(lines),
+            target,
+        )
+        code, out = await _run([uv, "venv", "-q", "--python", str(gym_python), str(target)])
+        if code != 0:
+            raise EnvBuildError(
+                f"cannot create a venv for {name}: {out.strip().splitlines()[-1] if out else code}"
+            )
+        purelib = next((target / "lib").glob("python3*/site-packages"))
+        (purelib / "_gym_base_env.pth").write_text(f"import site; site.addsitedir({str(base.purelib)!r})\n")
+        (target / "requirements.txt").write_text("\n".join(lines) + "\n")
+        pins = [f"{n}=={v}" for n, v in base.versions.items() if n in PINNED_FROM_BASE and v]
+        (target / "constraints.txt").write_text("\n".join(pins) + "\n")
+        argv = [uv, "pip", "install", "--python", str(target / "bin" / "python")]
+        argv += ["-r", str(target / "requirements.txt"), "-c", str(target / "constraints.txt")]
+        code, out = await _run(argv)
+        if code != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise EnvBuildError(f"the environment of {name} cannot be built: {failed_package(lines, out)}")
+        (target / COMPLETE_MARKER).write_text(
+            json.dumps({"requirements": lines, "built_s": time.monotonic() - started})
+        )
+        log.info("built the environment of %s in %.1fs", name, time.monotonic() - started)
+
+
+async def ensure(spec: str, gym_python: Path, cache: Path | None = None) -> GymEnv:
+    """The interpreter and directory to run ``spec`` with, building its own environment on first use."""
+    base = await query_base(gym_python)
+    directory = locate(spec, base.root)
+    if directory is None:
+        return GymEnv(python=gym_python, directory=None)
+    lines = requirement_lines(directory)
+    if not lines:
+        return GymEnv(python=gym_python, directory=directory)
+    target = env_dir(cache or DEFAULT_CACHE, directory.name, lines, base, gym_python)
+    if not (target / COMPLETE_MARKER).is_file():
+        await build(target, directory.name, lines, base, gym_python)
+    return GymEnv(python=target / "bin" / "python", directory=directory, requirements=tuple(lines))

@@ -1,0 +1,179 @@
+"""The ASGI app uvicorn serves from the moment the port is bound, while the bridge starts behind it.
+
+Liveness must not wait for the upstream: a Gym server may take minutes to boot, and a liveness
+probe that fails meanwhile restarts the pod in a loop. So ``serve`` binds, hands uvicorn a
+``ServingApp`` at once, and the app starts the bridge in a task of its lifespan: it imports the
+bridge's app (the MCP SDK takes about a second), starts or reaches the upstream, loads the tools,
+builds the real app and runs that app's lifespan. Until then it answers by itself: ``/healthz``
+200 (the process is serving; the body says what is starting), ``/readyz`` 503 with the reason,
+anything else 503 (``Retry-After``; a JSON-RPC error on ``/mcp``). Afterwards every request goes
+to the real app. A start that fails records its one-line reason and asks uvicorn to stop
+(``request_exit``); ``serve`` then exits 2 with that line. This module imports nothing heavy, so
+the first ``/healthz`` is answered within milliseconds of the bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bridge import __version__
+from bridge.settings import Settings, advertise_url
+from bridge.upstream import Upstream, UpstreamStartError
+
+log = logging.getLogger("gym_mcp_bridge")
+
+INSTANCE = uuid.uuid4().hex  # this process, as /healthz reports it (the advertise check reads it)
+PROBES = ("/healthz", "/readyz")
+
+
+def rest_auth(settings: Settings) -> str:
+    """How the Gym REST surface is authenticated, as ``/healthz`` reports it."""
+    return "api_key" if settings.api_key is not None else "none"
+
+
+class ServingApp:
+    """Serves probes from the bind on; hands everything to the real app once the bridge started."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        keys: list[str],
+        bound: tuple[str, int],
+        request_exit: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.keys = keys
+        self.bound = bound
+        self.request_exit = request_exit
+        self.started_at = time.time()
+        self.app: ASGIApp | None = None  # the real app, once started
+        self.failure: str | None = None  # why the start failed, one line
+        self._starting: asyncio.Task[None] | None = None
+        self._running = contextlib.AsyncExitStack()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif self.app is not None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._answer_starting(scope, send)
+
+    # -- lifespan -------------------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._starting = asyncio.create_task(self._start())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self._stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _start(self) -> None:
+        booting = asyncio.ensure_future(self.upstream.start())
+        try:
+            # The MCP SDK takes about a second to import: do it while the upstream boots.
+            await asyncio.to_thread(importlib.import_module, "bridge.app")
+            from bridge.app import create_app
+            from bridge.core import Bridge
+
+            bridge = Bridge(self.settings, self.upstream, self.keys)
+            bridge.bound = self.bound
+            await booting
+            await bridge.start()
+            app = create_app(bridge)
+            await self._running.enter_async_context(app.lifespan())
+        except UpstreamStartError as exc:
+            self._fail(str(exc))
+            return
+        except (httpx.HTTPError, ValueError) as exc:  # it answered, but not with a usable tool list
+            self._fail(f"cannot load the tool list from {self.upstream.url}/openapi.json: {exc}")
+            return
+        finally:
+            booting.cancel()
+        self.app = app
+        log.info(
+            "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
+            __version__,
+            bridge.upstream.server_name,
+            f"{self.bound[0]}:{self.bound[1]}",
+            bridge.advertise_url,
+        )
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self.request_exit()
+
+    async def _stop(self) -> None:
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starting
+        await self._running.aclose()  # the real app's lifespan stops the upstream
+        if self.app is None:
+            await self.upstream.stop()
+
+    # -- answers while starting ---------------------------------------------------------------------
+
+    def _reason(self) -> str:
+        return self.failure or self.upstream.not_ready_reason or "loading the tool list"
+
+    async def _answer_starting(self, scope: Scope, send: Send) -> None:
+        path, retry = scope["path"], []
+        if path == "/healthz" and scope["method"] in ("GET", "HEAD"):
+            status, body = 200, self.healthz()
+        elif path == "/readyz" and scope["method"] in ("GET", "HEAD"):
+            status, body = 503, {"ready": False, "reason": self._reason()}
+        elif path == "/mcp":
+            status = 503
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32603, "message": f"bridge starting: {self._reason()}"},
+            }
+            retry = [(b"retry-after", b"2")]
+        else:
+            status, body, retry = (
+                503,
+                {"detail": f"bridge starting: {self._reason()}"},
+                [(b"retry-after", b"2")],
+            )
+        payload = orjson.dumps(body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            *retry,
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    def healthz(self) -> dict[str, Any]:
+        host, port = self.bound
+        return {
+            "status": "ok",
+            "starting": True,
+            "version": __version__,
+            "instance": INSTANCE,
+            "bound": {"host": host, "port": port},
+            "advertise_url": advertise_url(self.settings, self.bound),
+            "rest_auth": rest_auth(self.settings),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "sessions_active": 0,
+            "upstream": self.upstream.status(),
+        }

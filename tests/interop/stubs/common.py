@@ -1,0 +1,83 @@
+"""Shared pieces of the harness rollout tests (``tests/test_clients_*.py``).
+
+* ``counter_solution`` / ``ground_truth_solution``: the calls a stub model replays for a row,
+  read from the row itself (it is a stub, not a policy).
+* ``native_reward``: the same calls made directly on the Gym resources server behind the bridge
+  (no bridge, no MCP: Gym's own HTTP contract with its cookie), then Gym's ``/verify``: the
+  reward a bridged rollout must equal.
+* ``check_names``: the tool names a real client emitted, compared with (or, with
+  ``GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES=1``, written to) ``tests/fixtures/client_names/<client>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import date
+from typing import Any
+
+import httpx
+
+from bridge.trajectory import from_openai_chat
+from tests.interop.client_names import FIXTURES, write_fixture
+
+Solution = list[tuple[str, dict[str, Any]]]
+WRITE_ENV = "GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES"
+
+
+def counter_solution(row: dict[str, Any]) -> Solution:
+    """Counter rows: take the count from ``initial_count`` to ``expected_count``, then read it."""
+    return [
+        ("increment_counter", {"count": row["expected_count"] - row["initial_count"]}),
+        ("get_counter_value", {}),
+    ]
+
+
+def ground_truth_solution(row: dict[str, Any]) -> Solution:
+    """workplace_assistant: the row's ``ground_truth`` function calls, in order."""
+    return [(call["name"], json.loads(call["arguments"])) for call in row["ground_truth"]]
+
+
+def upstream_url(bridge_url: str) -> str:
+    """The Gym resources server a managed bridge runs (from its ``/healthz``)."""
+    return str(httpx.get(f"{bridge_url}/healthz", timeout=10).json()["upstream"]["url"])
+
+
+def native_reward(upstream: str, row: dict[str, Any], solution: Solution, final_text: str = "Done.") -> float:
+    """Seed, call ``solution`` and verify directly on the Gym server: the native reward."""
+    messages: list[dict[str, Any]] = []
+    with httpx.Client(base_url=upstream, timeout=60) as gym:
+        gym.post("/seed_session", json=row).raise_for_status()
+        for index, (tool, arguments) in enumerate(solution):
+            answer = gym.post(f"/{tool}", json=arguments)
+            call = {"id": f"call_{index}", "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": f"call_{index}", "content": answer.text})
+        response = from_openai_chat(messages, final_text)
+        verified = gym.post("/verify", json={**row, "response": response})
+        verified.raise_for_status()
+        return float(verified.json()["reward"])
+
+
+def check_names(client: str, header: dict[str, Any], cases: list[dict[str, Any]]) -> None:
+    """Every name this run emitted is in the stored fixture (with ``GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES=1``:
+    merged into it; a fixture of another client version is replaced)."""
+    path = FIXTURES / f"{client}.json"
+    key = ("server", "tool", "emitted", "namespace")
+    stored = json.loads(path.read_text()) if path.exists() else None
+    if os.environ.get(WRITE_ENV) == "1":
+        same = stored is not None and stored.get("version") == header["version"]
+        kept = list(stored["cases"]) if stored and same else []
+        seen = {tuple(c[k] for k in key) for c in kept}
+        new = [c for c in cases if tuple(c[k] for k in key) not in seen]
+        if stored and same and not new:
+            return  # nothing new: the stored fixture (and the header of whoever captured it) stays
+        head = {k: v for k, v in stored.items() if k != "cases"} if stored and same else {}
+        head = head or {"client": client, **header, "captured": date.today().isoformat()}
+        write_fixture(path, head, kept + new)
+        return
+    assert stored is not None, f"{path} is missing: run this test once with {WRITE_ENV}=1"
+    assert stored["version"] == header["version"], (stored["version"], header["version"])
+    known = {tuple(c[k] for k in key) for c in stored["cases"]}
+    missing = [c for c in cases if tuple(c[k] for k in key) not in known]
+    assert not missing, f"names not in {path.name}: {missing}"

@@ -1,0 +1,217 @@
+"""The real Gemini CLI (``@google/gemini-cli``, pinned in ``tests/interop/gemini``) running whole
+rollouts through the bridge.
+
+Gemini CLI needs a Gemini model; none is reachable here. Its own documented switch
+``GOOGLE_GEMINI_BASE_URL`` (``docs/reference/configuration.md`` in the package: "Overrides the
+default base URL for Gemini API requests (when using gemini-api-key authentication)", plain HTTP
+allowed for localhost) points it at ``StubGeminiApi`` (``tests/interop/stubs/gemini_stub.py``), a
+local stub of ``models/<m>:streamGenerateContent`` that replays the calls solving the row, read
+from the row itself. Everything else is real: ``.gemini/settings.json`` is what
+``gym-mcp-bridge client-config --client gemini`` prints (``httpUrl`` + session header, ``trust``),
+``gemini -p --output-format stream-json`` connects to the bridge's ``/mcp`` and calls the tools,
+and ``/verify`` scores the CLI's own ``tool_use`` / ``tool_result`` events (as an ``openai-chat``
+trajectory) and the bridge's log (``recorded``), equal to the same calls made natively.
+
+Measured with 0.56.0: headless runs refuse an untrusted folder unless
+``GEMINI_CLI_TRUST_WORKSPACE=true`` (or ``--skip-trust``); ``-m gemini-2.5-flash`` is sent to
+the API as ``gemini-3.5-flash`` (the CLI's own model aliasing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
+from tests.interop.node import ensure_packages
+from tests.interop.stubs.common import (
+    Solution,
+    check_names,
+    counter_solution,
+    ground_truth_solution,
+    native_reward,
+    upstream_url,
+)
+from tests.interop.stubs.gemini_stub import StubGeminiApi
+from tests.test_clients_codex import run_codex
+
+GEMINI_VERSION = "0.56.0"
+MODEL = "gemini-2.5-flash"  # any name: the stub answers for every model
+
+
+@pytest.fixture(scope="module")
+def gemini() -> Iterator[str]:
+    installed = ensure_packages("gemini")
+    binary = installed.bin("gemini")
+    version = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GEMINI_CLI_NO_RELAUNCH": "1"},
+    )  # fmt: skip
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip().splitlines()[-1] == GEMINI_VERSION
+    print(f"\ngemini-cli {GEMINI_VERSION}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
+    yield str(binary)
+
+
+@pytest.fixture(scope="module")
+def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
+    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
+    yield bridge
+    bridge.stop()
+
+
+def client_config(bridge_url: str, row: dict[str, Any]) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "client-config", "--client", "gemini",
+         "--bridge-url", bridge_url, "--row-json", json.dumps(row)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+def run_gemini(
+    gemini: str, row: dict[str, Any], solution: Solution, bridge_url: str, tmp: Path
+) -> tuple[StubGeminiApi, list[dict[str, Any]], str, str]:
+    """``.gemini/settings.json`` as client-config prints it, then ``gemini -p``."""
+    settings = client_config(bridge_url, row)
+    [(server, entry)] = settings["mcpServers"].items()
+    home, work = tmp / "home", tmp / "work"
+    (home / ".gemini").mkdir(parents=True)
+    (work / ".gemini").mkdir(parents=True)
+    (work / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=2))
+    # the user's own choice of auth (API key), as `gemini` would store it after the first login
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    with StubGeminiApi(solution) as stub:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "GOOGLE_GEMINI_BASE_URL": stub.base_url,
+            "GEMINI_API_KEY": "stub-key",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            "GEMINI_CLI_NO_RELAUNCH": "1",
+        }
+        started = time.monotonic()
+        ran = subprocess.run(
+            [gemini, "-p", run_codex.user_prompt(row), "--output-format", "stream-json", "-m", MODEL],
+            cwd=work, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        print(f"\ngemini -p: {time.monotonic() - started:.1f}s, exit {ran.returncode}; API paths {sorted(set(stub.paths))}")
+    assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
+    events = [json.loads(line) for line in ran.stdout.splitlines() if line.strip().startswith("{")]
+    return stub, events, server, str(entry["headers"][HEADER])
+
+
+def trajectory(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """stream-json ``tool_use`` / ``tool_result`` / assistant ``message`` events as ``openai-chat``."""
+    messages: list[dict[str, Any]] = []
+    final: list[str] = []
+    for e in events:
+        if e.get("type") == "tool_use":
+            call = {"id": e["tool_id"], "type": "function",
+                    "function": {"name": e["tool_name"], "arguments": json.dumps(e.get("parameters") or {})}}  # fmt: skip
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif e.get("type") == "tool_result":
+            output = e.get("output")
+            text = output if isinstance(output, str) else json.dumps(e.get("error") or output)
+            messages.append({"role": "tool", "tool_call_id": e["tool_id"], "content": text})
+        elif e.get("type") == "message" and e.get("role") == "assistant":
+            final.append(str(e.get("content") or ""))
+    return {"format": "openai-chat", "messages": messages, "final_text": "".join(final)}
+
+
+def verify(bridge_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = httpx.post(f"{bridge_url}/verify", json=body, headers={HEADER: token}, timeout=300)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def record_names(server: str, tools: list[str], emitted: list[str], solution: Solution) -> None:
+    cases = [
+        {"server": server, "tool": tool, "emitted": name, "namespace": None, "tools": tools,
+         "note": "gemini -p --output-format stream-json tool_use.tool_name (= the functionDeclaration the stub called)"}
+        for name, (tool, _) in zip(emitted, solution, strict=True)
+    ]  # fmt: skip
+    header = {
+        "version": GEMINI_VERSION,
+        "command": (
+            "tests/test_clients_gemini.py (merged with tests/interop/capture_gemini_names.py's cases): "
+            "HOME=<tmp> GOOGLE_GEMINI_BASE_URL=<stub Gemini API> GEMINI_API_KEY=stub-key "
+            "GEMINI_CLI_TRUST_WORKSPACE=true gemini -p <row prompt> --output-format stream-json, with "
+            ".gemini/settings.json = `gym-mcp-bridge client-config --client gemini`"
+        ),
+        "source": f"npm @google/gemini-cli@{GEMINI_VERSION} (tests/interop/gemini/package-lock.json)",
+    }
+    check_names("gemini-cli", header, cases)
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_gemini_counter_rollout_scores_like_native(gemini: str, counter_bridge: BridgeProcess, tmp_path: Path) -> None:
+    row = gym_data("example_session_state_mgmt")[0]  # 3 -> 6
+    solution = counter_solution(row)
+    stub, events, server, token = run_gemini(gemini, row, solution, counter_bridge.url, tmp_path)
+    assert server == "example_session_state_mgmt"
+    expected = [f"mcp_{server}_increment_counter", f"mcp_{server}_get_counter_value"]
+    assert stub.emitted == expected
+    assert [e["tool_name"] for e in events if e.get("type") == "tool_use"] == expected
+    results = [e for e in events if e.get("type") == "tool_result"]
+    assert [(e["status"], json.loads(e["output"])) for e in results] == [
+        ("success", {"success": True}),
+        ("success", {"count": 6}),
+    ]
+    converted = verify(counter_bridge.url, token, {"trajectory": trajectory(events)})
+    recorded = verify(counter_bridge.url, token, {"trajectory": {"format": "recorded"}})
+    native = native_reward(upstream_url(counter_bridge.url), row, solution)
+    assert converted["reward"] == recorded["reward"] == native == 1.0
+    assert converted["_bridge"]["normalized"] == {n: t for n, (t, _) in zip(expected, solution, strict=True)}
+    assert converted["_bridge"]["unresolved"] == []
+    record_names(server, ["increment_counter", "get_counter_value"], stub.emitted, solution)
+
+
+def test_gemini_solving_another_row_scores_zero(gemini: str, counter_bridge: BridgeProcess, tmp_path: Path) -> None:
+    rows = gym_data("example_session_state_mgmt")
+    row, solution = rows[0], counter_solution(rows[1])  # 3 + 9 = 12, row 0 expects 6
+    stub, events, _, token = run_gemini(gemini, row, solution, counter_bridge.url, tmp_path)
+    assert len(stub.emitted) == 2
+    converted = verify(counter_bridge.url, token, {"trajectory": trajectory(events)})
+    recorded = verify(counter_bridge.url, token, {"trajectory": {"format": "recorded"}})
+    native = native_reward(upstream_url(counter_bridge.url), row, solution)
+    assert converted["reward"] == recorded["reward"] == native == 0.0
+    assert converted["_bridge"]["unresolved"] == []
+
+
+@pytest.mark.parametrize("index", [0, 2], ids=["row0", "row2-truncated"])
+def test_gemini_workplace_assistant_scores_like_native(
+    gemini: str, workplace_bridge: BridgeProcess, tmp_path: Path, index: int
+) -> None:
+    """Row 2's ``customer_relationship_manager_update_customer`` makes a 69-character
+    ``mcp_<server>_<tool>``: Gemini CLI cuts it to the first 30 + ``...`` + the last 30."""
+    rows = gym_data("workplace_assistant")
+    row, other = rows[index], rows[1]
+    solution = ground_truth_solution(row)
+    stub, events, server, token = run_gemini(gemini, row, solution, workplace_bridge.url, tmp_path)
+    assert len(stub.emitted) == len(solution), (stub.emitted, [n for r in stub.requests for n in stub.offered(r) if "customer" in n])
+    for name, (tool, _) in zip(stub.emitted, solution, strict=True):
+        full = f"mcp_{server}_{tool}"
+        assert name == (full if len(full) <= 63 else full[:30] + "..." + full[-30:])
+    converted = verify(workplace_bridge.url, token, {"trajectory": trajectory(events)})
+    recorded = verify(workplace_bridge.url, token, {"trajectory": {"format": "recorded"}})
+    upstream = upstream_url(workplace_bridge.url)
+    assert converted["reward"] == recorded["reward"] == native_reward(upstream, row, solution) == 1.0
+    assert converted["_bridge"]["unresolved"] == []
+    assert converted["_bridge"]["normalized"] == {n: t for n, (t, _) in zip(stub.emitted, solution, strict=True)}
+    wrong = verify(workplace_bridge.url, token, {**other, "trajectory": trajectory(events)})
+    assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
+    tools = [t["name"] for t in row["responses_create_params"]["tools"]]
+    record_names(server, tools, stub.emitted, solution)
