@@ -14,7 +14,11 @@ across paths (so machine noise hits every path alike) and medians taken:
   ready), the bridge restarted against a running upstream (spawn to ready), and ``serve`` cold
   start (managed upstream) to ready;
 * the bridge's upstream client (its keep-alive pool) against aiohttp's and httpx's on one POST to
-  the upstream (``benchmarks/upstream_clients.py``; ``--only-clients`` runs just that).
+  the upstream (``benchmarks/upstream_clients.py``; ``--only-clients`` runs just that);
+* forwarding (``bridge-fwd``): a second replica (same secret, its own advertise URL) that does not
+  own the sessions; every call goes to it and is relayed to the owner, the bridge of the ``bridge``
+  path. Compared with ``bridge`` (the same calls straight to the owner) it is the cost of reaching
+  a session through any replica; its bridge CPU is both replicas' together.
 
 Every run checks correctness: each session's final counter must equal its seed plus its calls
 (the proxy, which merges every caller into one Gym session, is checked on the merged counter).
@@ -51,6 +55,7 @@ PATHS: dict[str, tuple[str, str | None, str]] = {
     "bridge": ("bridge MCP, raw JSON-RPC (handshake era)", "bridge", "upstream"),
     "bridge-2026": ("bridge MCP, raw JSON-RPC (2026-07-28)", "bridge", "upstream"),
     "bridge-sdk": ("bridge MCP, official MCP SDK client", "bridge", "upstream"),
+    "bridge-fwd": ("bridge MCP via a non-owner replica (forwarded)", "bridge-peer+bridge", "upstream"),
     "gym07": ("Gym 0.7 in-process MCP, raw JSON-RPC", None, "gym07"),
     "gym07-sdk": ("Gym 0.7 in-process MCP, official MCP SDK client", None, "gym07"),
     "gym07-direct": ("Gym 0.7 server, direct HTTP (its own reference)", None, "gym07"),
@@ -132,6 +137,11 @@ class Bench:
             self.procs["bridge"] = bridge = procs.start_bridge(self.workdir, upstream.url)
             self.extra.setdefault("bridge_restart_ready_s", []).append(bridge.extra["ready_s"])
             self.log(f"bench: bridge ready on {bridge.url} after {bridge.extra['ready_s']:.2f}s")
+        if "bridge-fwd" in wanted:  # a replica that owns none of the sessions: it forwards every call
+            self.procs["bridge-peer"] = peer = procs.start_bridge(
+                self.workdir, upstream.url, name="bridge-peer"
+            )
+            self.log(f"bench: second replica (forwarding to {self.procs['bridge'].url}) ready on {peer.url}")
         if any(p.startswith("gym07") for p in wanted):
             reason = procs.ensure_gym07_env(self.workdir / "gym07-env-build.log")
             if reason is None:
@@ -163,6 +173,9 @@ class Bench:
             "bridge": lambda: McpRawClient(http, self.procs["bridge"].url, "bridge"),
             "bridge-2026": lambda: McpRawClient(http, self.procs["bridge"].url, "bridge-2026", modern=True),
             "bridge-sdk": lambda: McpSdkClient(http, self.procs["bridge"].url, "bridge-sdk"),
+            "bridge-fwd": lambda: McpRawClient(
+                http, self.procs["bridge-peer"].url, "bridge-fwd", seed_url=self.procs["bridge"].url
+            ),
             "gym07": lambda: McpRawClient(http, self.procs["gym07"].url, "gym07"),
             "gym07-sdk": lambda: McpSdkClient(http, self.procs["gym07"].url, "gym07-sdk"),
             "gym07-direct": lambda: DirectClient(http, self.procs["gym07"].url, "gym07-direct"),
@@ -181,7 +194,7 @@ class Bench:
     async def run_once(self, path: str, workload: str, sessions: int, calls: int, repeat: int) -> RunResult:
         client = self.clients[path]
         _, bridge_role, upstream_role = PATHS[path]
-        bridge = self.procs.get(bridge_role) if bridge_role else None
+        bridges = [self.procs[role] for role in bridge_role.split("+")] if bridge_role else []
         upstream = self.procs[upstream_role]
         seeds = []
         for _ in range(sessions):
@@ -228,10 +241,10 @@ class Bench:
 
         tasks = [asyncio.create_task(session_task(i, s)) for i, s in enumerate(seeds)]
         await wait_or_fail(go, tasks)
-        cpu0 = (bridge.cpu() if bridge else 0.0, upstream.cpu(), time.process_time())
+        cpu0 = (sum(b.cpu() for b in bridges), upstream.cpu(), time.process_time())
         started = time.perf_counter()
         await wait_or_fail(calls_done, tasks)
-        cpu1 = (bridge.cpu() if bridge else 0.0, upstream.cpu(), time.process_time())
+        cpu1 = (sum(b.cpu() for b in bridges), upstream.cpu(), time.process_time())
         wall = finished_at[0] - started
         await asyncio.gather(*tasks)
         total = sessions * calls
@@ -257,7 +270,7 @@ class Bench:
             calls_per_s=total / wall,
             p50_ms=percentile(latencies, 0.5) * 1e3,
             p99_ms=percentile(latencies, 0.99) * 1e3,
-            bridge_cpu_ms_per_call=(cpu1[0] - cpu0[0]) / total * 1e3 if bridge else None,
+            bridge_cpu_ms_per_call=(cpu1[0] - cpu0[0]) / total * 1e3 if bridges else None,
             upstream_cpu_ms_per_call=(cpu1[1] - cpu0[1]) / total * 1e3,
             client_cpu_ms_per_call=(cpu1[2] - cpu0[2]) / total * 1e3,
             correct=correct,
@@ -360,7 +373,7 @@ class Bench:
             label, bridge_role, upstream_role = PATHS[path]
             ratios = [r.calls_per_s / direct[r.repeat].calls_per_s for r in runs if r.repeat in direct]
             own_ratios = [r.calls_per_s / own[r.repeat].calls_per_s for r in runs if r.repeat in own]
-            bridge = self.procs.get(bridge_role) if bridge_role else None
+            bridge = self.procs.get(bridge_role.split("+")[0]) if bridge_role else None
             p50 = statistics.median(r.p50_ms for r in runs)
             out.append(
                 Summary(
@@ -402,6 +415,34 @@ async def wait_or_fail(event: asyncio.Event, tasks: list[asyncio.Task[None]]) ->
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise task.exception()  # type: ignore[misc]
     waiter.cancel()
+
+
+def forwarding_cost(results: list[RunResult]) -> list[dict[str, Any]]:
+    """``bridge-fwd`` against ``bridge`` per workload: medians over repeats of the per-repeat
+    differences (both paths ran in each repeat, interleaved)."""
+    out = []
+    for workload in ("sequential", "concurrent"):
+        owner = {r.repeat: r for r in results if r.workload == workload and r.path == "bridge"}
+        via = {r.repeat: r for r in results if r.workload == workload and r.path == "bridge-fwd"}
+        repeats = sorted(owner.keys() & via.keys())
+        if not repeats:
+            continue
+        pairs = [(owner[i], via[i]) for i in repeats]
+        out.append(
+            {
+                "workload": workload,
+                "repeats": len(pairs),
+                "owner_calls_per_s": statistics.median(o.calls_per_s for o, _ in pairs),
+                "forwarded_calls_per_s": statistics.median(v.calls_per_s for _, v in pairs),
+                "ratio": statistics.median(v.calls_per_s / o.calls_per_s for o, v in pairs),
+                "added_p50_ms": statistics.median(v.p50_ms - o.p50_ms for o, v in pairs),
+                "added_p99_ms": statistics.median(v.p99_ms - o.p99_ms for o, v in pairs),
+                "added_bridge_cpu_ms_per_call": statistics.median(
+                    (v.bridge_cpu_ms_per_call or 0.0) - (o.bridge_cpu_ms_per_call or 0.0) for o, v in pairs
+                ),
+            }
+        )
+    return out
 
 
 def median_or_none(values: list[float | None]) -> float | None:
@@ -657,6 +698,16 @@ async def amain(args: argparse.Namespace) -> int:
         )
     )
     print()
+    forwarding = forwarding_cost(bench.results)
+    for cost in forwarding:
+        print(
+            f"forwarding, {cost['workload']}: via a non-owner replica {cost['forwarded_calls_per_s']:.0f} calls/s "
+            f"vs {cost['owner_calls_per_s']:.0f} straight to the owner (x{cost['ratio']:.2f}), p50 "
+            f"+{cost['added_p50_ms']:.2f} ms, p99 +{cost['added_p99_ms']:.2f} ms, bridge CPU "
+            f"+{cost['added_bridge_cpu_ms_per_call']:.3f} ms/call (both replicas)"
+        )
+    if forwarding:
+        print()
     if bench.sweep:
         print("concurrency sweep (calls/s, median):")
         for level in sorted({r.sessions for r in bench.sweep}):
@@ -715,6 +766,7 @@ async def amain(args: argparse.Namespace) -> int:
         "runs": [asdict(r) for r in bench.results],
         "sweep": [asdict(r) for r in bench.sweep],
         "idle_sessions": idle,
+        "forwarding": forwarding,
         "upstream_clients": clients,
         "bridge_restart_ready_s": ready,
         "co_start": co_start,

@@ -371,14 +371,7 @@ class Bridge:
             if outcome.set_cookies:
                 session.cookie = merge_cookies(session.cookie, outcome.set_cookies)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
-            outcome = ToolOutcome(
-                status=_failure_status(exc),
-                body=orjson.dumps({"detail": str(exc)}),
-                content_type="application/json",
-                is_error=True,
-                set_cookies=[],
-                message=str(exc),
-            )
+            outcome = _failure_outcome(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
         return outcome
 
@@ -403,14 +396,7 @@ class Bridge:
                 value=structured,
             )
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
-            outcome = ToolOutcome(
-                status=_failure_status(exc),
-                body=orjson.dumps({"detail": str(exc)}),
-                content_type="application/json",
-                is_error=True,
-                set_cookies=[],
-                message=str(exc),
-            )
+            outcome = _failure_outcome(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
         return outcome
 
@@ -483,6 +469,18 @@ def _json_headers(cookie_header: str) -> dict[str, str]:
     if cookie_header:
         headers["cookie"] = cookie_header
     return headers
+
+
+def _failure_outcome(exc: Exception) -> ToolOutcome:
+    """A call the upstream did not answer (or that was not sent): its reason, as an error."""
+    return ToolOutcome(
+        status=_failure_status(exc),
+        body=orjson.dumps({"detail": str(exc)}),
+        content_type="application/json",
+        is_error=True,
+        set_cookies=[],
+        message=str(exc),
+    )
 
 
 def _failure_status(exc: Exception) -> int:

@@ -52,8 +52,10 @@ def version(name):
         return m.version(name)
     except m.PackageNotFoundError:
         return None
+installed = {d.metadata["Name"]: d.version for d in m.distributions() if d.metadata["Name"]}
 print(json.dumps({"root": root, "purelib": sysconfig.get_paths()["purelib"],
-                  "versions": {n: version(n) for n in ("nemo-gym", "openai", "ray")}}))
+                  "versions": {n: version(n) for n in ("nemo-gym", "openai", "ray")},
+                  "installed": installed}))
 """
 
 
@@ -88,6 +90,7 @@ class BaseInfo:
     root: Path | None  # the resources_servers package directory
     purelib: Path
     versions: dict[str, str | None]
+    installed: dict[str, str]  # every distribution of the base, name -> version
 
 
 async def query_base(gym_python: Path) -> BaseInfo:
@@ -108,6 +111,7 @@ async def query_base(gym_python: Path) -> BaseInfo:
         root=Path(data["root"]) if data["root"] else None,
         purelib=Path(data["purelib"]),
         versions=dict(data["versions"]),
+        installed=dict(data.get("installed", {})),
     )
 
 
@@ -151,7 +155,13 @@ def requirement_lines(directory: Path) -> list[str]:
 
 def env_dir(cache: Path, name: str, lines: list[str], base: BaseInfo, gym_python: Path) -> Path:
     identity = json.dumps(
-        {"lines": lines, "python": str(gym_python.resolve()), "purelib": str(base.purelib), **base.versions},
+        {
+            "lines": lines,
+            "python": str(gym_python.resolve()),
+            "purelib": str(base.purelib),
+            "constraints": "base-installed",
+            **base.versions,
+        },
         sort_keys=True,
     )
     return cache / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
@@ -233,11 +243,21 @@ async def build(target: Path, name: str, lines: list[str], base: BaseInfo, gym_p
         purelib = next((target / "lib").glob("python3*/site-packages"))
         (purelib / "_gym_base_env.pth").write_text(f"import site; site.addsitedir({str(base.purelib)!r})\n")
         (target / "requirements.txt").write_text("\n".join(lines) + "\n")
-        pins = [f"{n}=={v}" for n, v in base.versions.items() if n in PINNED_FROM_BASE and v]
-        (target / "constraints.txt").write_text("\n".join(pins) + "\n")
-        argv = [uv, "pip", "install", "--python", str(target / "bin" / "python")]
-        argv += ["-r", str(target / "requirements.txt"), "-c", str(target / "constraints.txt")]
-        code, out = await _run(argv)
+        # Gym resolves a server's requirements together with nemo-gym's own: keep every package of the
+        # base at its version (a newer antlr4 under math-verify breaks omegaconf's parser, say); when
+        # that cannot resolve, fall back to Gym's explicit pins only.
+        pins = [f"{n}=={v}" for n, v in base.installed.items() if n.lower() != "nemo-gym"]
+        explicit = [f"{n}=={v}" for n, v in base.versions.items() if n in PINNED_FROM_BASE and v]
+        for attempt in (pins, explicit):
+            (target / "constraints.txt").write_text("\n".join(attempt) + "\n")
+            argv = [uv, "pip", "install", "--python", str(target / "bin" / "python")]
+            argv += ["-r", str(target / "requirements.txt"), "-c", str(target / "constraints.txt")]
+            code, out = await _run(argv)
+            if code == 0 or attempt is explicit:
+                break
+            log.warning(
+                "%s: its requirements do not resolve with the base's versions; trying Gym's pins only", name
+            )
         if code != 0:
             shutil.rmtree(target, ignore_errors=True)
             raise EnvBuildError(f"the environment of {name} cannot be built: {failed_package(lines, out)}")

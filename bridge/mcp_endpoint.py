@@ -100,20 +100,22 @@ class McpEndpoint:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        reply = await self._call(_token(ctx), params.name, params.arguments)
+        try:
+            reply = await self._call(_token(ctx), params.name, params.arguments)
+        except Foreign as exc:  # the SDK path's pre-check forwards these; here only if it could not
+            self.bridge.metrics.rejections.labels(exc.kind).inc()
+            reply = Reply(exc.reason, True)
         return call_result(reply.text, reply.is_error, reply.structured)
 
-    async def _call(
-        self, token: str | None, name: str, arguments: Mapping[str, Any] | None, forward: bool = False
-    ) -> Reply:
-        """``tools/call``, shared by the SDK handler and the fast path (``forward``: raise ``Foreign``
-        for another replica's session, which the caller relays, instead of refusing it)."""
+    async def _call(self, token: str | None, name: str, arguments: Mapping[str, Any] | None) -> Reply:
+        """``tools/call``, shared by the SDK handler and the fast path. Another replica's session
+        raises ``Foreign``: the caller relays the request to its owner."""
         try:
             session = self.bridge.authorize(token, name)
             outcome = await self.bridge.call_tool(session, name, dict(arguments or {}), transport="mcp")
+        except Foreign:
+            raise
         except Rejected as exc:
-            if forward and isinstance(exc, Foreign):
-                raise
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return Reply(exc.reason, True)
         if outcome.is_error:
@@ -344,7 +346,7 @@ class _FastPath:
         modern = version in self.modern_versions
         status = 200
         try:
-            reply = await endpoint._call(_token_from(headers), name, arguments, forward=True)
+            reply = await endpoint._call(_token_from(headers), name, arguments)
             payload = self.results.encode(version, modern, request_id, reply)
         except Foreign:
             raise

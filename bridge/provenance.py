@@ -21,9 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from bridge.calllog import ToolCallRecord
+from bridge.naming import canonical_arguments
 
 FORMAT = "gym-mcp-bridge/provenance/v1"
 
@@ -34,15 +33,8 @@ def digest(data: bytes) -> str:
 
 def arguments_digest(arguments: Any) -> str | None:
     """SHA-256 of the arguments as canonical JSON (sorted keys); None when they are not JSON."""
-    if isinstance(arguments, str):
-        try:
-            arguments = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return None
-    try:
-        return digest(orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS))
-    except TypeError:
-        return None
+    canonical = canonical_arguments(arguments)
+    return digest(canonical) if canonical is not None else None
 
 
 def mac(key: str, session: str, call_id: str, tool: str, arguments_sha256: str, result_sha256: str) -> str:

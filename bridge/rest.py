@@ -108,6 +108,12 @@ class RestSurface:
             Response(orjson.dumps(payload), status_code=response.status_code, media_type="application/json"),
             response.header_list("set-cookie"),
         )
+        return self._with_session_cookie(out, session)
+
+    def _with_session_cookie(self, out: Response, session: Session) -> Response:
+        """Set the bridge's session cookie on every answer of a session, as Gym re-sends its own:
+        Gym's clients keep only the cookies of the last answer (simple_agent does), and without it
+        their next call would reach the bridge with no session."""
         out.set_cookie(
             BRIDGE_COOKIE,
             session.token,
@@ -138,7 +144,7 @@ class RestSurface:
         if session is not None:
             outcome = await self.bridge.call_tool(session, name, arguments, transport="http")
             out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
-            return add_cookies(out, outcome.set_cookies)
+            return self._with_session_cookie(add_cookies(out, outcome.set_cookies), session)
         if name not in toolsets.openapi.tools and not toolsets.catch_all:
             raise Rejected(f"unknown route /{name}: the upstream has no such tool", 404, "unknown_route")
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
@@ -150,7 +156,8 @@ class RestSurface:
     async def _verify(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
         session = session_of(self.bridge, request)
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        return await verify_mod.verify(self.bridge, session, value, cookies)
+        out = await verify_mod.verify(self.bridge, session, value, cookies)
+        return self._with_session_cookie(out, session) if session is not None else out
 
     async def close_session(self, request: Request) -> Response:
         return await self._run(request, self._close)

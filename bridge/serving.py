@@ -4,7 +4,7 @@ Liveness must not wait for the upstream: a Gym server may take minutes to boot, 
 probe that fails meanwhile restarts the pod in a loop. So ``serve`` binds, hands uvicorn a
 ``ServingApp`` at once, and the app starts the bridge in a task of its lifespan: it imports the
 bridge's app (the MCP SDK takes about a second), starts or reaches the upstream, loads the tools,
-builds the real app and runs that app's lifespan. Until then it answers by itself: ``/healthz``
+builds the real app and runs that app's lifespan in the same task until shutdown. Until then it answers by itself: ``/healthz``
 200 (the process is serving; the body says what is starting), ``/readyz`` 503 with the reason,
 anything else 503 (``Retry-After``; a JSON-RPC error on ``/mcp``). Afterwards every request goes
 to the real app. A start that fails records its one-line reason and asks uvicorn to stop
@@ -61,8 +61,8 @@ class ServingApp:
         self.started_at = time.time()
         self.app: ASGIApp | None = None  # the real app, once started
         self.failure: str | None = None  # why the start failed, one line
-        self._starting: asyncio.Task[None] | None = None
-        self._running = contextlib.AsyncExitStack()
+        self._life: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -78,14 +78,16 @@ class ServingApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self._starting = asyncio.create_task(self._start())
+                self._life = asyncio.create_task(self._live())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self._stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def _start(self) -> None:
+    async def _live(self) -> None:
+        """Start the bridge, then run the real app's lifespan until shutdown, in this one task (the
+        MCP session manager's task group must be left by the task that entered it)."""
         booting = asyncio.ensure_future(self.upstream.start())
         try:
             # The MCP SDK takes about a second to import: do it while the upstream boots.
@@ -98,7 +100,6 @@ class ServingApp:
             await booting
             await bridge.start()
             app = create_app(bridge)
-            await self._running.enter_async_context(app.lifespan())
         except UpstreamStartError as exc:
             self._fail(str(exc))
             return
@@ -107,25 +108,29 @@ class ServingApp:
             return
         finally:
             booting.cancel()
-        self.app = app
-        log.info(
-            "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
-            __version__,
-            bridge.upstream.server_name,
-            f"{self.bound[0]}:{self.bound[1]}",
-            bridge.advertise_url,
-        )
+        async with app.lifespan():  # on exit it stops the upstream
+            self.app = app
+            log.info(
+                "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
+                __version__,
+                bridge.upstream.server_name,
+                f"{self.bound[0]}:{self.bound[1]}",
+                bridge.advertise_url,
+            )
+            await self._stopping.wait()
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self.request_exit()
 
     async def _stop(self) -> None:
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
+        self._stopping.set()
+        life = self._life
+        if life is not None and not life.done() and self.app is None:
+            life.cancel()  # still starting: stop where it is
+        if life is not None:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._starting
-        await self._running.aclose()  # the real app's lifespan stops the upstream
+                await life
         if self.app is None:
             await self.upstream.stop()
 

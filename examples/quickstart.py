@@ -82,7 +82,10 @@ async def main(bridge_url: str) -> float:
             .raise_for_status()
             .json()
         )
-    print(f"bridge report: {json.dumps(verdict['_bridge'])}")
+    report = dict(verdict["_bridge"])
+    calls = report.pop("provenance")["calls"].values()
+    print(f"bridge report: {json.dumps(report)}")
+    print(f"provenance: {sum(c['served'] for c in calls)} of {len(calls)} calls served by the bridge, signed")
     print(f"reward: {verdict['reward']}")
     return float(verdict["reward"])
 

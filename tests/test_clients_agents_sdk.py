@@ -14,6 +14,7 @@ one for the same calls on the same Gym server; a stub solving another row scores
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.metadata
 import json
@@ -74,7 +75,9 @@ class StubModel(Model):
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         given = kwargs["input"] if "input" in kwargs else args[1]
-        tools = [t for t in (kwargs["tools"] if "tools" in kwargs else args[3]) if isinstance(t, FunctionTool)]
+        tools = [
+            t for t in (kwargs["tools"] if "tools" in kwargs else args[3]) if isinstance(t, FunctionTool)
+        ]
         if self.offered is None:
             self.offered = [t.name for t in tools]
         step = sum(1 for i in given if isinstance(i, dict) and i.get("type") == "function_call_output")
@@ -85,14 +88,23 @@ class StubModel(Model):
             self.emitted.append(name)
             output = [
                 ResponseFunctionToolCall(
-                    type="function_call", id=f"fc_{step}", call_id=f"call_{step}", name=name,
+                    type="function_call",
+                    id=f"fc_{step}",
+                    call_id=f"call_{step}",
+                    name=name,
                     arguments=json.dumps(arguments),
-                )  # fmt: skip
+                )
             ]
         else:
             text = ResponseOutputText(type="output_text", text="Done.", annotations=[])
-            output = [ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed", content=[text])]
-        return ModelResponse(output=output, usage=Usage(requests=1, input_tokens=100, output_tokens=10), response_id=None)
+            output = [
+                ResponseOutputMessage(
+                    id="msg", type="message", role="assistant", status="completed", content=[text]
+                )
+            ]
+        return ModelResponse(
+            output=output, usage=Usage(requests=1, input_tokens=100, output_tokens=10), response_id=None
+        )
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the rollout runs Runner.run")
@@ -159,7 +171,7 @@ def output_text(output: Any) -> str:
 
 def token_of(snippet: str) -> str:
     line = next(line for line in snippet.splitlines() if "params=" in line)
-    params = eval(line.split("params=", 1)[1].rstrip(","))  # a dict literal printed with repr()
+    params = ast.literal_eval(line.split("params=", 1)[1].rstrip(","))  # printed with repr()
     return str(params["headers"][HEADER])
 
 
@@ -236,7 +248,9 @@ async def test_agents_sdk_counter_rollout_scores_like_native(
     record_names(server, ["increment_counter", "get_counter_value"], model, solution, include_server)
 
 
-async def test_agents_sdk_solving_another_row_scores_zero(sdk_version: str, counter_bridge: BridgeProcess) -> None:
+async def test_agents_sdk_solving_another_row_scores_zero(
+    sdk_version: str, counter_bridge: BridgeProcess
+) -> None:
     rows = gym_data("example_session_state_mgmt")
     row, other = rows[0], rows[1]
     solution = counter_solution(other)  # 3 + 9 = 12, row 0 expects 6
@@ -283,7 +297,9 @@ async def test_agents_sdk_workplace_assistant_scores_like_native(
     assert bridged["reward"] == recorded["reward"] == native_reward(upstream, row, solution) == 1.0
     assert bridged["_bridge"]["unresolved"] == []
     if include_server:
-        assert bridged["_bridge"]["normalized"] == {n: t for n, (t, _) in zip(model.emitted, solution, strict=True)}
+        assert bridged["_bridge"]["normalized"] == {
+            n: t for n, (t, _) in zip(model.emitted, solution, strict=True)
+        }
     wrong = verify(workplace_bridge.url, token, {**other, "response": response})
     assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
     tools = [t["name"] for t in row["responses_create_params"]["tools"]]

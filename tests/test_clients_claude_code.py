@@ -118,7 +118,9 @@ def run_claude(
     with StubAnthropicMessages(solution) as stub:
         env = claude_env(home, stub)
         if via == "mcp-add":
-            added = subprocess.run([claude, *add[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+            added = subprocess.run(
+                [claude, *add[1:]], cwd=work, env=env, capture_output=True, text=True, timeout=120
+            )
             assert added.returncode == 0, added.stderr + added.stdout
         else:
             (work / ".mcp.json").write_text(json.dumps(mcp_json))
@@ -256,4 +258,10 @@ def test_claude_code_workplace_assistant_ground_truth_scores_like_native(
     # the same transcript against another row's ground truth: 0.0, bridged and native
     wrong = verify(workplace_bridge.url, token, {**other, "trajectory": trajectory})
     assert wrong["reward"] == 0.0 == native_reward(upstream_url(workplace_bridge.url), other, solution)
-    record_names(server, tools, stub.emitted, [t for t, _ in solution], ".mcp.json from client-config, --mcp-config --strict-mcp-config")
+    record_names(
+        server,
+        tools,
+        stub.emitted,
+        [t for t, _ in solution],
+        ".mcp.json from client-config, --mcp-config --strict-mcp-config",
+    )

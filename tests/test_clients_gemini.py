@@ -90,7 +90,9 @@ def run_gemini(
     (work / ".gemini").mkdir(parents=True)
     (work / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=2))
     # the user's own choice of auth (API key), as `gemini` would store it after the first login
-    (home / ".gemini" / "settings.json").write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
     with StubGeminiApi(solution) as stub:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -105,7 +107,9 @@ def run_gemini(
             [gemini, "-p", run_codex.user_prompt(row), "--output-format", "stream-json", "-m", MODEL],
             cwd=work, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        print(f"\ngemini -p: {time.monotonic() - started:.1f}s, exit {ran.returncode}; API paths {sorted(set(stub.paths))}")
+        print(
+            f"\ngemini -p: {time.monotonic() - started:.1f}s, exit {ran.returncode}; API paths {sorted(set(stub.paths))}"
+        )
     assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-3000:]
     events = [json.loads(line) for line in ran.stdout.splitlines() if line.strip().startswith("{")]
     return stub, events, server, str(entry["headers"][HEADER])
@@ -157,7 +161,9 @@ def record_names(server: str, tools: list[str], emitted: list[str], solution: So
 # -- tests ----------------------------------------------------------------------------------------
 
 
-def test_gemini_counter_rollout_scores_like_native(gemini: str, counter_bridge: BridgeProcess, tmp_path: Path) -> None:
+def test_gemini_counter_rollout_scores_like_native(
+    gemini: str, counter_bridge: BridgeProcess, tmp_path: Path
+) -> None:
     row = gym_data("example_session_state_mgmt")[0]  # 3 -> 6
     solution = counter_solution(row)
     stub, events, server, token = run_gemini(gemini, row, solution, counter_bridge.url, tmp_path)
@@ -179,7 +185,9 @@ def test_gemini_counter_rollout_scores_like_native(gemini: str, counter_bridge: 
     record_names(server, ["increment_counter", "get_counter_value"], stub.emitted, solution)
 
 
-def test_gemini_solving_another_row_scores_zero(gemini: str, counter_bridge: BridgeProcess, tmp_path: Path) -> None:
+def test_gemini_solving_another_row_scores_zero(
+    gemini: str, counter_bridge: BridgeProcess, tmp_path: Path
+) -> None:
     rows = gym_data("example_session_state_mgmt")
     row, solution = rows[0], counter_solution(rows[1])  # 3 + 9 = 12, row 0 expects 6
     stub, events, _, token = run_gemini(gemini, row, solution, counter_bridge.url, tmp_path)
@@ -201,7 +209,7 @@ def test_gemini_workplace_assistant_scores_like_native(
     row, other = rows[index], rows[1]
     solution = ground_truth_solution(row)
     stub, events, server, token = run_gemini(gemini, row, solution, workplace_bridge.url, tmp_path)
-    assert len(stub.emitted) == len(solution), (stub.emitted, [n for r in stub.requests for n in stub.offered(r) if "customer" in n])
+    assert len(stub.emitted) == len(solution)
     for name, (tool, _) in zip(stub.emitted, solution, strict=True):
         full = f"mcp_{server}_{tool}"
         assert name == (full if len(full) <= 63 else full[:30] + "..." + full[-30:])
@@ -210,7 +218,9 @@ def test_gemini_workplace_assistant_scores_like_native(
     upstream = upstream_url(workplace_bridge.url)
     assert converted["reward"] == recorded["reward"] == native_reward(upstream, row, solution) == 1.0
     assert converted["_bridge"]["unresolved"] == []
-    assert converted["_bridge"]["normalized"] == {n: t for n, (t, _) in zip(stub.emitted, solution, strict=True)}
+    assert converted["_bridge"]["normalized"] == {
+        n: t for n, (t, _) in zip(stub.emitted, solution, strict=True)
+    }
     wrong = verify(workplace_bridge.url, token, {**other, "trajectory": trajectory(events)})
     assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
     tools = [t["name"] for t in row["responses_create_params"]["tools"]]

@@ -547,10 +547,13 @@ async def _call_expecting_refusal(url: str, headers: dict[str, str]) -> str:
 
 
 def test_two_replicas_pin_sessions_by_url(engine: Engine, image: str, secret: Path) -> None:
-    """Two replicas of the image, same secret, different advertise URLs (what the StatefulSet
-    runs): a session seeded on A works on A; its token at B is refused with an answer naming A's
-    URL; each /healthz reports its own bound address and advertise URL."""
-    with running(engine, image, secret) as a, running(engine, image, secret) as b:
+    """Two replicas of the image, same secret, different advertise URLs, forwarding off
+    (``GYM_MCP_BRIDGE_PEERS=``: these containers cannot reach each other's published ports; the
+    forwarding itself is tested between processes in tests/test_forwarding.py): a session seeded on
+    A works on A; its token at B is refused with an answer naming A's URL; each /healthz reports
+    its own bound address and advertise URL."""
+    no_peers = {"GYM_MCP_BRIDGE_PEERS": ""}
+    with running(engine, image, secret, no_peers) as a, running(engine, image, secret, no_peers) as b:
         health = {"a": a.wait_ready(), "b": b.wait_ready()}
         for name, box in (("a", a), ("b", b)):
             assert health[name]["advertise_url"] == box.base_url

@@ -22,7 +22,7 @@ import pytest
 from bridge import naming
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "client_names"
-CLIENTS = ("codex-cli", "openai-agents", "gemini-cli")
+CLIENTS = ("codex-cli", "openai-agents", "gemini-cli", "claude-code")
 OTHER_ALIAS = "some-other-server"
 
 

@@ -83,7 +83,12 @@ class StubAnthropicMessages:
                     else:
                         self.emitted.append(name)
                         content = [
-                            {"type": "tool_use", "id": f"toolu_stub_{step:02d}", "name": name, "input": arguments}
+                            {
+                                "type": "tool_use",
+                                "id": f"toolu_stub_{step:02d}",
+                                "name": name,
+                                "input": arguments,
+                            }
                         ]
                         stop = "tool_use"
                 else:
@@ -102,7 +107,12 @@ class StubAnthropicMessages:
     @staticmethod
     def events(message: dict[str, Any]) -> list[dict[str, Any]]:
         """The message as the Messages API's stream events."""
-        start = {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": 100, "output_tokens": 1}}
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": 100, "output_tokens": 1},
+        }
         out: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
         for index, block in enumerate(message["content"]):
             if block["type"] == "tool_use":
@@ -142,7 +152,11 @@ class StubAnthropicMessages:
 
             def do_GET(self) -> None:
                 stub.paths.append(f"GET {self.path}")
-                self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"stub"}}', "application/json")
+                self._send(
+                    404,
+                    b'{"type":"error","error":{"type":"not_found_error","message":"stub"}}',
+                    "application/json",
+                )
 
             def do_HEAD(self) -> None:
                 self.send_response(200)
@@ -156,7 +170,11 @@ class StubAnthropicMessages:
                     self._send(200, b'{"input_tokens": 100}', "application/json")
                     return
                 if not path.endswith("/messages"):
-                    self._send(404, b'{"type":"error","error":{"type":"not_found_error","message":"stub"}}', "application/json")
+                    self._send(
+                        404,
+                        b'{"type":"error","error":{"type":"not_found_error","message":"stub"}}',
+                        "application/json",
+                    )
                     return
                 body = json.loads(raw)
                 message = stub.answer(body)

@@ -50,7 +50,11 @@ def native_reward(upstream: str, row: dict[str, Any], solution: Solution, final_
         gym.post("/seed_session", json=row).raise_for_status()
         for index, (tool, arguments) in enumerate(solution):
             answer = gym.post(f"/{tool}", json=arguments)
-            call = {"id": f"call_{index}", "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}
+            call = {
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {"name": tool, "arguments": json.dumps(arguments)},
+            }
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
             messages.append({"role": "tool", "tool_call_id": f"call_{index}", "content": answer.text})
         response = from_openai_chat(messages, final_text)

@@ -4,7 +4,8 @@ replays a solution.
 Not a model: each turn of the agent loop gets the next ``functionCall`` of a fixed ``solution``
 (read from the row by the test), addressed to the function declaration the client offered for
 that tool (Gemini CLI offers MCP tools as ``mcp_<server>_<tool>``; the stub takes the offered
-name equal to the tool or ending in ``_<tool>``, one match only, and records it). After the last
+name equal to the tool or ending in ``_<tool>``, or a cut name whose tail after ``...`` ends
+``_<tool>``; one match only, and records it). After the last
 call it answers with text. Requests that offer none of the solution's tools (the CLI's side
 requests) get a short text answer.
 """
@@ -56,6 +57,8 @@ class StubGeminiApi:
         if tool in offered:
             return tool
         found = [n for n in offered if n.endswith(f"_{tool}")]
+        if not found:  # past 63 characters the CLI keeps the first 30 + "..." + the last 30
+            found = [n for n in offered if "..." in n and f"_{tool}".endswith(n.split("...", 1)[1])]
         return found[0] if len(found) == 1 else None
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -81,12 +84,20 @@ class StubGeminiApi:
                         parts = [{"text": f"stub: {tool!r} not offered: {offered}"}]
                     else:
                         self.emitted.append(name)
-                        parts = [{"functionCall": {"id": f"call_stub_{step}", "name": name, "args": arguments}}]
+                        parts = [
+                            {"functionCall": {"id": f"call_stub_{step}", "name": name, "args": arguments}}
+                        ]
                 else:
                     parts = [{"text": self.final_text}]
             return {
-                "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-                "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10, "totalTokenCount": 110},
+                "candidates": [
+                    {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": 100,
+                    "candidatesTokenCount": 10,
+                    "totalTokenCount": 110,
+                },
                 "modelVersion": "gemini-stub",
                 "responseId": f"stub-{len(self.requests)}",
             }

@@ -1,0 +1,169 @@
+"""A stub Gym model server: ``POST /v1/responses`` answering with a non-streaming Responses API
+object, the contract Gym's agents (``simple_agent``) expect of a ``responses_api_models`` server.
+
+It is not a model and not a policy: for each request it finds the row it belongs to (by the
+row's first user message and the ``metadata`` tag ``stub_plan`` of its ``responses_create_params``)
+and answers with the next function call of that row's registered solution (the step is the
+number of ``function_call_output`` items already in the input), then with the plan's final text.
+Rows come from the shipped data: ``example_multi_step``'s recorded rollout calls,
+``workplace_assistant``'s ``ground_truth`` (``tests/interop/stubs/common.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Solution = list[tuple[str, dict[str, Any]]]
+PLAN_TAG = "stub_plan"
+
+
+@dataclass
+class Plan:
+    solution: Solution
+    final_text: str = "Done."
+
+
+def first_user_text(create_params: dict[str, Any]) -> str:
+    """The first user message's text of a ``responses_create_params`` (or of a request body)."""
+    items = create_params.get("input")
+    if isinstance(items, str):
+        return items
+    for item in items or []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            return "".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+    raise ValueError("no user message in the input")
+
+
+def plan_key(create_params: dict[str, Any]) -> tuple[str, str]:
+    return first_user_text(create_params), str((create_params.get("metadata") or {}).get(PLAN_TAG, ""))
+
+
+class StubGymModelServer:
+    def __init__(self) -> None:
+        self.plans: dict[tuple[str, str], Plan] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.emitted: list[str] = []  # function-call names the stub answered with
+        self.offered: set[str] = set()  # tool names the agent offered
+        self.unknown: list[str] = []  # requests that matched no registered row
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def add(self, create_params: dict[str, Any], plan: Plan) -> None:
+        self.plans[plan_key(create_params)] = plan
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def __enter__(self) -> StubGymModelServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}_stub_{next(self._ids)}"
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.requests.append(body)
+            self.offered.update(str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict))
+            key = plan_key(body)
+            plan = self.plans.get(key)
+            step = sum(
+                1
+                for i in body.get("input") or []
+                if isinstance(i, dict) and i.get("type") == "function_call_output"
+            )
+            output: list[dict[str, Any]]
+            if plan is None:
+                self.unknown.append(key[0][:80])
+                output = [self._message("No plan registered for this row.")]
+            elif step < len(plan.solution):
+                name, arguments = plan.solution[step]
+                self.emitted.append(name)
+                output = [
+                    {
+                        "type": "function_call",
+                        "id": self._next_id("fc"),
+                        "call_id": self._next_id("call"),
+                        "name": name,
+                        "arguments": json.dumps(arguments),
+                        "status": "completed",
+                    }
+                ]
+            else:
+                output = [self._message(plan.final_text)]
+        return {
+            "id": self._next_id("resp"),
+            "object": "response",
+            "created_at": time.time(),
+            "model": body.get("model") or "gym-stub-model",
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": body.get("tools") or [],
+            "metadata": body.get("metadata"),
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "temperature": None,
+            "top_p": None,
+            "usage": {
+                "input_tokens": 1,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 1,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 2,
+            },
+        }
+
+    def _message(self, text: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": self._next_id("msg"),
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                if self.path.rstrip("/") != "/v1/responses":
+                    payload, status = b'{"detail": "Not Found"}', 404
+                else:
+                    payload, status = json.dumps(stub.answer(body)).encode(), 200
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler
