@@ -21,11 +21,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,6 +34,7 @@ import pytest
 
 from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
 from tests.interop.node import Installed, ensure_packages
+from tests.interop.stubs.common import LocalStub
 
 CODEX_VERSION = "0.171.0"
 EXAMPLE = ROOT / "examples" / "clients" / "codex" / "run_codex.py"
@@ -69,7 +69,7 @@ def ground_truth_solution(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]
     return [(call["name"], json.loads(call["arguments"])) for call in row["ground_truth"]]
 
 
-class StubResponsesProvider:
+class StubResponsesProvider(LocalStub):
     """A stub OpenAI Responses-API endpoint (``POST /v1/responses``, SSE) that replays a solution.
 
     Each request is answered with the next call of ``solution`` (one per turn, counted by the
@@ -83,20 +83,11 @@ class StubResponsesProvider:
         self.final_text = final_text
         self.requests: list[dict[str, Any]] = []
         self.emitted: list[dict[str, Any]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> StubResponsesProvider:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return f"{self.root_url}/v1"
 
     @staticmethod
     def offered(body: dict[str, Any]) -> dict[str, tuple[str | None, str]]:
@@ -192,7 +183,7 @@ class StubResponsesProvider:
         return Handler
 
 
-class RecordingProxy:
+class RecordingProxy(LocalStub):
     """A plain HTTP forwarder in front of the bridge's ``/mcp`` that records the JSON-RPC traffic.
 
     Only used to measure what Codex sends (protocol revision, method names, tool names, headers);
@@ -202,20 +193,11 @@ class RecordingProxy:
     def __init__(self, target: str) -> None:
         self.target = target.rstrip("/")
         self.exchanges: list[dict[str, Any]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> RecordingProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return self.root_url
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self

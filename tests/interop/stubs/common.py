@@ -7,14 +7,17 @@
   reward a bridged rollout must equal.
 * ``check_names``: the tool names a real client emitted, compared with (or, with
   ``GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES=1``, written to) ``tests/fixtures/client_names/<client>.json``.
+* ``LocalStub``: a local HTTP server in a thread (the stub model APIs, a recording proxy).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from datetime import date
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 import httpx
 
@@ -23,6 +26,39 @@ from tests.interop.client_names import FIXTURES, write_fixture
 
 Solution = list[tuple[str, dict[str, Any]]]
 WRITE_ENV = "GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES"
+
+
+class LocalStub:
+    """A local HTTP server on 127.0.0.1 (a free port) served from a thread while used as a context
+    manager. Subclasses set their own state, then call ``super().__init__()``, and give their
+    request handler class from ``_handler``."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
 
 
 def counter_solution(row: dict[str, Any]) -> Solution:

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.interop.stubs.common import LocalStub
 
 Solution = list[tuple[str, dict[str, Any]]]
 
 
-class StubGeminiApi:
+class StubGeminiApi(LocalStub):
     def __init__(self, solution: Solution, final_text: str = "Done.") -> None:
         self.solution = solution
         self.final_text = final_text
@@ -28,21 +30,12 @@ class StubGeminiApi:
         self.loop_requests: list[dict[str, Any]] = []
         self.emitted: list[str] = []
         self.paths: list[str] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._lock = threading.Lock()
+        super().__init__()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> StubGeminiApi:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return self.root_url
 
     @staticmethod
     def offered(body: dict[str, Any]) -> list[str]:

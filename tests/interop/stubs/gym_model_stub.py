@@ -16,8 +16,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.interop.stubs.common import LocalStub
 
 Solution = list[tuple[str, dict[str, Any]]]
 PLAN_TAG = "stub_plan"
@@ -47,7 +49,7 @@ def plan_key(create_params: dict[str, Any]) -> tuple[str, str]:
     return first_user_text(create_params), str((create_params.get("metadata") or {}).get(PLAN_TAG, ""))
 
 
-class StubGymModelServer:
+class StubGymModelServer(LocalStub):
     def __init__(self) -> None:
         self.plans: dict[tuple[str, str], Plan] = {}
         self.requests: list[dict[str, Any]] = []
@@ -56,27 +58,10 @@ class StubGymModelServer:
         self.unknown: list[str] = []  # requests that matched no registered row
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__()
 
     def add(self, create_params: dict[str, Any], plan: Plan) -> None:
         self.plans[plan_key(create_params)] = plan
-
-    @property
-    def host(self) -> str:
-        return "127.0.0.1"
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_address[1])
-
-    def __enter__(self) -> StubGymModelServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_stub_{next(self._ids)}"
