@@ -18,26 +18,14 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bridge import __version__
 from bridge.core import Bridge
-from bridge.serving import INSTANCE, rest_auth
+from bridge.serving import INSTANCE, liveness
 
 ADVERTISE_CHECK_TTL_S = 60.0
 
 
 def healthz_payload(bridge: Bridge) -> dict[str, object]:
-    host, port = bridge.bound
-    return {
-        "status": "ok",
-        "version": __version__,
-        "instance": INSTANCE,
-        "bound": {"host": host, "port": port},
-        "advertise_url": bridge.advertise_url,
-        "rest_auth": rest_auth(bridge.settings),
-        "uptime_s": round(time.time() - bridge.started_at, 3),
-        "sessions_active": len(bridge.sessions),
-        "upstream": bridge.upstream.status(),
-    }
+    return liveness(bridge.settings, bridge.upstream, bridge.bound, bridge.started_at, len(bridge.sessions))
 
 
 class Health:

@@ -207,7 +207,7 @@ class _FastPath:
         if headers is None:
             await self.endpoint.sdk_app(scope, receive, send)
             return
-        body, replay = await self._read(receive, headers)
+        body, replay = await read_body(receive, headers, self.max_body)
         plan = self._plan(headers, body) if body is not None else None
         if plan is None:
             await self.endpoint.sdk_app(scope, replay, send)
@@ -229,47 +229,11 @@ class _FastPath:
             return None
         if not _accepts_json(headers.get(b"accept", b"")):
             return None
-        if self.security.enable_dns_rebinding_protection and not self._host_origin_ok(headers):
+        if not host_origin_ok(headers, self.security):
             return None
         if any(key.startswith(_MCP_PARAM_PREFIX) for key in headers):
             return None
         return headers
-
-    def _host_origin_ok(self, headers: dict[bytes, bytes]) -> bool:
-        """The SDK's Host/Origin allow-list check (``TransportSecurityMiddleware``), without its logging:
-        a refused request goes to the SDK, which refuses and logs it once."""
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not host or not host_allowed(host, self.security.allowed_hosts):
-            return False
-        origin = headers.get(b"origin", b"").decode("latin-1")
-        return not origin or host_allowed(origin, self.security.allowed_origins)
-
-    async def _read(self, receive: Receive, headers: dict[bytes, bytes]) -> tuple[bytes | None, Receive]:
-        """The whole body (None if over the limit or not a plain body) and a receive that replays it."""
-        consumed: list[Message] = []
-        declared = headers.get(b"content-length")
-        body: bytes | None = None
-        if declared is None or not declared.isdigit() or int(declared) <= self.max_body:
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                message = await receive()
-                consumed.append(message)
-                if message["type"] != "http.request":
-                    break
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                chunks.append(chunk)
-                if size > self.max_body:
-                    break
-                if not message.get("more_body", False):
-                    body = b"".join(chunks)
-                    break
-
-        async def replay() -> Message:
-            return consumed.pop(0) if consumed else await receive()
-
-        return body, replay
 
     def _plan(
         self, headers: dict[bytes, bytes], body: bytes
@@ -376,26 +340,13 @@ class _ForwardingSdkApp:
         if owner is None:
             await self.sdk(scope, receive, send)
             return
-        consumed: list[Message] = []
-        chunks: list[bytes] = []
-        size, limit = 0, self.endpoint.bridge.settings.max_body_bytes
-        while True:
-            message = await receive()
-            consumed.append(message)
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > limit or not message.get("more_body", False):
-                break
-        if size > limit or consumed[-1]["type"] != "http.request":
-
-            async def replay() -> Message:
-                return consumed.pop(0) if consumed else await receive()
-
+        body, replay = await read_body(
+            receive, dict(scope["headers"]), self.endpoint.bridge.settings.max_body_bytes
+        )
+        if body is None:
             await self.sdk(scope, replay, send)  # the SDK's own refusal (413, disconnect)
             return
-        await self.endpoint.bridge.forwarding.relay(scope, b"".join(chunks), owner, send)
+        await self.endpoint.bridge.forwarding.relay(scope, body, owner, send)
 
     def _owner(self, scope: Scope) -> str | None:
         bridge = self.endpoint.bridge
@@ -404,13 +355,8 @@ class _ForwardingSdkApp:
         if token is None or bridge.signer is None:
             return None
         security = self.endpoint.manager.security_settings
-        if security is not None and security.enable_dns_rebinding_protection:
-            host = headers.get(b"host", b"").decode("latin-1")
-            origin = headers.get(b"origin", b"").decode("latin-1")
-            if not host or not host_allowed(host, security.allowed_hosts):
-                return None
-            if origin and not host_allowed(origin, security.allowed_origins):
-                return None
+        if security is not None and not host_origin_ok(headers, security):
+            return None
         try:
             bridge.signer.verify(token)
         except ForeignIssuer as exc:
@@ -520,6 +466,49 @@ def _accepts_json(accept: bytes) -> bool:
         if kind in ("*/*", "application/json", "application/*"):
             return True
     return False
+
+
+def host_origin_ok(headers: dict[bytes, bytes], security: TransportSecuritySettings) -> bool:
+    """The SDK's Host/Origin allow-list check (``TransportSecurityMiddleware``), without its logging:
+    a refused request goes to the SDK, which refuses and logs it once."""
+    if not security.enable_dns_rebinding_protection:
+        return True
+    host = headers.get(b"host", b"").decode("latin-1")
+    if not host or not host_allowed(host, security.allowed_hosts or []):
+        return False
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    return not origin or host_allowed(origin, security.allowed_origins or [])
+
+
+async def read_body(
+    receive: Receive, headers: dict[bytes, bytes], max_body: int
+) -> tuple[bytes | None, Receive]:
+    """The whole body (None if over ``max_body`` or not a plain body) and a receive that replays
+    what was read, for whoever answers instead."""
+    consumed: list[Message] = []
+    declared = headers.get(b"content-length")
+    body: bytes | None = None
+    if declared is None or not declared.isdigit() or int(declared) <= max_body:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            consumed.append(message)
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > max_body:
+                break
+            if not message.get("more_body", False):
+                body = b"".join(chunks)
+                break
+
+    async def replay() -> Message:
+        return consumed.pop(0) if consumed else await receive()
+
+    return body, replay
 
 
 def host_allowed(value: str, allowed: list[str]) -> bool:

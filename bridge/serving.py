@@ -37,9 +37,22 @@ INSTANCE = uuid.uuid4().hex  # this process, as /healthz reports it (the adverti
 PROBES = ("/healthz", "/readyz")
 
 
-def rest_auth(settings: Settings) -> str:
-    """How the Gym REST surface is authenticated, as ``/healthz`` reports it."""
-    return "api_key" if settings.api_key is not None else "none"
+def liveness(
+    settings: Settings, upstream: Upstream, bound: tuple[str, int], started_at: float, sessions: int
+) -> dict[str, Any]:
+    """The ``/healthz`` body, while starting (``ServingApp``) and after (``health.Health``)."""
+    host, port = bound
+    return {
+        "status": "ok",
+        "version": __version__,
+        "instance": INSTANCE,
+        "bound": {"host": host, "port": port},
+        "advertise_url": advertise_url(settings, bound),
+        "rest_auth": "api_key" if settings.api_key is not None else "none",
+        "uptime_s": round(time.time() - started_at, 3),
+        "sessions_active": sessions,
+        "upstream": upstream.status(),
+    }
 
 
 class ServingApp:
@@ -97,6 +110,7 @@ class ServingApp:
 
             bridge = Bridge(self.settings, self.upstream, self.keys)
             bridge.bound = self.bound
+            bridge.started_at = self.started_at  # uptime counts from the bind, as /healthz did
             await booting
             await bridge.start()
             app = create_app(bridge)
@@ -169,16 +183,4 @@ class ServingApp:
         await send({"type": "http.response.body", "body": payload})
 
     def healthz(self) -> dict[str, Any]:
-        host, port = self.bound
-        return {
-            "status": "ok",
-            "starting": True,
-            "version": __version__,
-            "instance": INSTANCE,
-            "bound": {"host": host, "port": port},
-            "advertise_url": advertise_url(self.settings, self.bound),
-            "rest_auth": rest_auth(self.settings),
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "sessions_active": 0,
-            "upstream": self.upstream.status(),
-        }
+        return {**liveness(self.settings, self.upstream, self.bound, self.started_at, 0), "starting": True}

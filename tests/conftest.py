@@ -152,6 +152,23 @@ def spawn_bridge(log_dir: Path) -> Iterator[Any]:
         bridge.stop()
 
 
+def wait_for_upstream(proc: subprocess.Popen[bytes], port_file: Path, log: Path, deadline: float) -> str:
+    """The URL of an upstream started with the boot script, once its port file is written and its
+    ``/openapi.json`` answers; fails with its log if it dies or the deadline passes."""
+    while not port_file.exists():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    info = json.loads(port_file.read_text())
+    url = f"http://{info['host']}:{info['port']}"
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
+                return url
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
 @dataclass
 class UpstreamProcess:
     """A Gym resources server started directly with the boot script (for external mode)."""
@@ -174,18 +191,8 @@ def gym_upstream(tmp_path: Path) -> Iterator[Any]:
             start_new_session=True,
         )
         started.append(proc)
-        deadline = time.monotonic() + 120
-        while not port_file.exists():
-            assert proc.poll() is None, (tmp_path / f"upstream-{len(started) - 1}.log").read_text()
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-        info = json.loads(port_file.read_text())
-        url = f"http://{info['host']}:{info['port']}"
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
+        log = tmp_path / f"upstream-{len(started) - 1}.log"
+        url = wait_for_upstream(proc, port_file, log, time.monotonic() + 120)
         return UpstreamProcess(proc=proc, url=url, pid=proc.pid)
 
     yield start

@@ -52,6 +52,7 @@ from tests.conftest import (
     free_port,
     gym_data,
     mcp_client,
+    wait_for_upstream,
 )
 from tests.fixtures.helpers import (
     FAULT_SPEC,
@@ -125,19 +126,7 @@ def start_upstreams(spec: str, count: int, workdir: Path, env: dict[str, str]) -
     out = []
     deadline = time.monotonic() + 240
     for proc, port_file, log in started:
-        while not port_file.exists():
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        info = json.loads(port_file.read_text())
-        url = f"http://{info['host']}:{info['port']}"
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        out.append((proc, url))
+        out.append((proc, wait_for_upstream(proc, port_file, log, deadline)))
     return out
 
 
