@@ -9,12 +9,12 @@ For each environment of the Gym environment's ``resources_servers`` that ships
    directory, its config resolved); a start that fails is reported in a user's words (needs a
    model, needs network, needs an API key, ...), from the bridge's own one-line error;
 2. the tools the bridge found are counted (``tools/list`` without a token: the upstream's set);
-3. each shipped rollout (``data/example_rollouts.jsonl``; its row joined from ``example.jsonl`` by
-   id or prompt when one matches, else the record's own fields) is replayed natively — seed, the
-   recorded calls, verify, straight against the upstream over Gym's HTTP (its own ``/mcp`` for an
+3. each shipped rollout (``data/example_rollouts.jsonl``; its row joined from ``example.jsonl``,
+   ``cases_of``) is replayed natively — seed, the recorded calls, verify, straight against the upstream over Gym's HTTP (its own ``/mcp`` for an
    MCP-native server) — and bridged — seed through the bridge, the calls over MCP with the official
    SDK client, verify through the bridge — against the same upstream; parity is k of the n
-   rollouts that scored natively whose bridged reward equals the native one.
+   rollouts that scored natively whose bridged reward equals the native one. A Gymnasium server
+   (``/reset`` + ``/step``, no ``/verify``) is replayed the way Gym's ``gymnasium_agent`` drives it.
 
 The table goes to ``--out`` (Markdown) with the date, machine and command.
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 
 from bridge import replay
 
@@ -47,6 +48,22 @@ GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
 SECRET = "sweep-secret-0123456789abcdef0123456789"
 MAX_ROLLOUTS = 10
 ROLLOUT_TIMEOUT_S = 90.0
+
+
+# Why an environment does not start, where the one-line error does not say it all: each checked
+# by hand against Gym's own code and this machine (the date is in docs/compatibility.md).
+CHECKED = {
+    "code_fim": "Gym's own runner installs its `pyproject.toml` with `--no-sources`, so it gets PyPI's "
+    "`human-eval-infilling` 2.15.0, which holds no `human_eval_infilling` module; the package it needs "
+    "is a GitHub checkout (`tool.uv.sources`), and GitHub is not reachable here. Gym fails the same way.",
+    "vlm_eval_kit": "`setup_webserver` runs a shell script (`/bin/sh`, where `source` is no command: "
+    "the exit 127) that activates `.venv`, which only `ng_run` creates, and runs `git clone "
+    "https://github.com/open-compass/VLMEvalKit`: GitHub is not reachable here (`Could not resolve host`).",
+    "xstest": "`setup_webserver` waits, every 10 s and without end, for its judge model server "
+    "(`allenai/wildguard` on vLLM, a GPU); no model is reachable here, so it never listens.",
+    "gymnasium": "not a server: the `GymnasiumServer` base class the Gymnasium environments build on "
+    "(its README: 'Not a standalone server').",
+}
 
 
 @dataclass
@@ -59,6 +76,7 @@ class EnvResult:
     native_scored: int = 0  # rollouts that got a reward natively
     parity: int = 0  # of those, bridged reward == native reward
     note: str = ""  # e.g. why rollouts did not score natively
+    source: str = ""  # where the replayed cases come from, when not the shipped rollouts' rows
     native_error: str = ""  # the first native replay error, as it came
     start_s: float = 0.0
     mismatches: list[dict[str, Any]] = field(default_factory=list)
@@ -156,61 +174,162 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def rollouts_of(env: str) -> list[tuple[dict[str, Any], dict[str, Any], float | None]]:
-    """(row, response, recorded reward) for the shipped rollouts, joined with the rows when they match."""
+def cases_of(env: str) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], str]:
+    """(row, response) pairs to replay, and where they come from when not the shipped rollouts' rows.
+
+    A shipped rollout is joined with its row from ``example.jsonl`` (``replay.join_row``). When
+    none joins (the rollouts were collected from rows the wheel does not ship) and the rows carry
+    ``ground_truth`` actions, those actions are replayed instead; otherwise an unjoined rollout is
+    replayed with the record's own fields, which Gym's collection copies from the row."""
     data = gym_root() / env / "data"
     path = data / "example_rollouts.jsonl"
     if not path.is_file():
-        return []
-    rows = replay.load_jsonl(data / "example.jsonl")
-    found = []
-    for record in replay.load_jsonl(path)[:MAX_ROLLOUTS]:
-        if not isinstance(record.get("response"), dict):
-            continue
-        row, _ = replay.join_row(record, rows)
-        if row is None:
-            row, _ = replay.join_row(record, None)
-        assert row is not None
-        reward = record.get("reward")
-        found.append((row, record["response"], float(reward) if isinstance(reward, int | float) else None))
-    return found
+        return [], ""
+    try:
+        rows = replay.load_jsonl(data / "example.jsonl")
+        records = [r for r in replay.load_jsonl(path)[:MAX_ROLLOUTS] if isinstance(r.get("response"), dict)]
+    except ValueError as exc:  # e.g. a file of "<PLACEHOLDER ROW>" lines
+        return [], f"the shipped data is not JSON Lines ({_short(str(exc), 80)})"
+    joined = [(replay.join_row(record, rows)[0], record) for record in records]
+    unjoined = sum(row is None for row, _ in joined)
+    if records and unjoined == len(records) and all(isinstance(r.get("ground_truth"), list) for r in rows):
+        source = "the rows' ground-truth actions: the shipped rollouts are for rows not in example.jsonl"
+        return [(row, replay.ground_truth_response(row, False)) for row in rows[:MAX_ROLLOUTS]], source
+    cases = []
+    for row, record in joined:
+        cases.append((row or replay.join_row(record, None)[0] or {}, record["response"]))
+    source = (
+        f"{unjoined} of {len(records)} shipped rollouts are for rows not in example.jsonl" if unjoined else ""
+    )
+    return cases, source
 
 
-async def tool_count(url: str) -> int:
+async def tool_names(url: str) -> list[str]:
     async with httpx.AsyncClient(timeout=30) as http:
         answer = await http.post(
             f"{url}/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
             headers={"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"},
         )
-        return len(answer.json().get("result", {}).get("tools", []))
+        return [tool["name"] for tool in answer.json().get("result", {}).get("tools", [])]
+
+
+def model_turns(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Gymnasium rollout's response cut into the model's turns, each a response of its own.
+
+    ``gymnasium_agent`` appends each model answer's items, then the step's tool outputs and next
+    observation (a user message); a turn is a run of model items between those."""
+    turns: list[list[Any]] = [[]]
+    for item in response.get("output", []):
+        by_model = (
+            isinstance(item, dict)
+            and (
+                item.get("type") in ("function_call", "reasoning")
+                or item.get("role", "assistant") == "assistant"
+            )
+            and item.get("type") != "function_call_output"
+        )
+        if by_model:
+            turns[-1].append(item)
+        elif turns[-1]:
+            turns.append([])
+    return [response | {"output": items} for items in turns if items]
+
+
+async def gymnasium_native(upstream_url: str, row: dict[str, Any], response: dict[str, Any]) -> float:
+    """Gym's ``gymnasium_agent`` loop with the recorded turns: ``/reset``, then ``/step`` per turn."""
+    async with httpx.AsyncClient(base_url=upstream_url, timeout=ROLLOUT_TIMEOUT_S) as http:
+        (await http.post("/reset", json=row)).raise_for_status()
+        total = 0.0
+        for action in model_turns(response):
+            answer = await http.post("/step", json=row | {"response": action})
+            answer.raise_for_status()
+            step = answer.json()
+            total += float(step["reward"])
+            if step["terminated"] or step["truncated"]:
+                break
+        return total
+
+
+async def gymnasium_bridged(url: str, row: dict[str, Any], response: dict[str, Any]) -> float:
+    """The same loop through the bridge: a seeded session, ``reset`` and ``step`` as MCP tools."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http:
+        seed = await http.post("/seed_session", json=row)
+        seed.raise_for_status()
+    mcp = seed.json()["mcp"]
+    async with (
+        httpx2.AsyncClient(headers=mcp["headers"], timeout=ROLLOUT_TIMEOUT_S) as mcp_http,
+        Client(streamable_http_client(mcp["url"], http_client=mcp_http), mode="legacy") as client,
+    ):
+        steps = [("reset", row)] + [("step", row | {"response": a}) for a in model_turns(response)]
+        total = 0.0
+        for name, arguments in steps:
+            result = await client.call_tool(name, arguments)
+            text = "".join(getattr(part, "text", "") for part in result.content)
+            if result.is_error:
+                raise RuntimeError(f"{name}: {text[:300]}")
+            if name == "step":
+                step = json.loads(text)
+                total += float(step["reward"])
+                if step["terminated"] or step["truncated"]:
+                    break
+        return total
 
 
 async def score(url: str, env: str, result: EnvResult) -> None:
     health = httpx.get(f"{url}/healthz", timeout=10).json()
     upstream_url = health["upstream"]["url"]
-    result.tools = await tool_count(url)
-    cases = rollouts_of(env)
+    names = await tool_names(url)
+    result.tools = len(names)
+    cases, result.source = cases_of(env)
     result.rollouts = len(cases)
+    # A Gymnasium server (Gym's ``GymnasiumServer``) scores by ``/step``, not ``/verify``.
+    gymnasium = {"reset", "step"} <= set(names)
     native_errors: list[str] = []
-    for index, (row, response, _) in enumerate(cases):
+    scored: list[tuple[int, float]] = []
+    for index, (row, response) in enumerate(cases):
         try:
-            native = await asyncio.wait_for(
-                replay.replay_native(upstream_url, row, response), ROLLOUT_TIMEOUT_S
-            )
+            if gymnasium:
+                first = await asyncio.wait_for(
+                    gymnasium_native(upstream_url, row, response), ROLLOUT_TIMEOUT_S
+                )
+                second = await asyncio.wait_for(
+                    gymnasium_native(upstream_url, row, response), ROLLOUT_TIMEOUT_S
+                )
+                if first != second:
+                    native_errors.append(f"not reproducible: the same actions scored {first}, then {second}")
+                    continue
+                native: float | None = first
+            else:
+                native = await asyncio.wait_for(
+                    replay.replay_native(upstream_url, row, response), ROLLOUT_TIMEOUT_S
+                )
         except Exception as exc:
             native_errors.append(_native_error(exc))
             continue
         if native is None:
             native_errors.append("verify returned no reward")
             continue
+        scored.append((index, native))
+    if gymnasium and native_errors and any(e.startswith("not reproducible") for e in native_errors):
+        scored = []  # one unreproducible rollout makes any agreement on the others chance
+    for index, native in scored:
+        row, response = cases[index]
         result.native_scored += 1
         try:
-            async with httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http:
-                verdict, _, _ = await asyncio.wait_for(
-                    replay.replay_over_mcp(http, row, response, "claude-code", None), ROLLOUT_TIMEOUT_S
+            if gymnasium:
+                bridged: float | None = await asyncio.wait_for(
+                    gymnasium_bridged(url, row, response), ROLLOUT_TIMEOUT_S
                 )
-            bridged = replay._reward(verdict)
+            else:
+                async with httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http:
+                    verdict, _, _ = await asyncio.wait_for(
+                        replay.replay_over_mcp(http, row, response, "claude-code", None), ROLLOUT_TIMEOUT_S
+                    )
+                bridged = replay._reward(verdict)
         except Exception as exc:
             result.mismatches.append(
                 {"rollout": index, "native": native, "bridge": None, "error": _short(str(exc))}
@@ -222,7 +341,7 @@ async def score(url: str, env: str, result: EnvResult) -> None:
             result.mismatches.append({"rollout": index, "native": native, "bridge": bridged})
     if native_errors:
         result.native_error = native_errors[0][:1000]
-        result.note = _verify_reason(native_errors[0])
+        result.note = _verify_reason(native_errors[0], result.source)
 
 
 def _native_error(exc: Exception) -> str:
@@ -233,8 +352,12 @@ def _native_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _verify_reason(error: str) -> str:
+def _verify_reason(error: str, source: str = "") -> str:
     lowered = error.lower()
+    if error.startswith("not reproducible"):
+        return f"Gym's own rewards are {error}"
+    if "rows not in example.jsonl" in source and not error.startswith("HTTP 5"):
+        return f"{source}, and Gym refuses the records themselves as rows: {_short(error, 160)}"
     if "configkeyerror" in lowered or "missing key" in lowered:  # asks the config for a model server
         return f"scoring needs a model (a judge or policy model server): {_short(error, 160)}"
     if any(
@@ -270,13 +393,14 @@ def parity_text(r: EnvResult) -> str:
     if not r.started:
         return "-"
     if r.rollouts == 0:
-        return "no rollouts shipped"
+        return f"no rollouts shipped ({r.source})" if r.source else "no rollouts shipped"
     if r.native_scored == 0:
         return f"0/0 ({r.note or 'no rollout scored natively'})"
     text = f"{r.parity}/{r.native_scored}"
+    notes = [r.source] if r.source and r.source.startswith("the rows'") else []
     if r.native_scored < r.rollouts:
-        text += f" ({r.rollouts - r.native_scored} of {r.rollouts} did not score natively: {r.note})"
-    return text
+        notes.append(f"{r.rollouts - r.native_scored} of {r.rollouts} did not score natively: {r.note}")
+    return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
@@ -306,6 +430,11 @@ def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
         "(straight to the upstream over Gym's HTTP, or its own `/mcp` for an MCP-native server) and bridged",
         "(seed, MCP `tools/call` with the official SDK client, `/verify` through the bridge) against the same",
         "upstream. *Parity* counts the rollouts that scored natively whose bridged reward equals the native one.",
+        "Where no shipped rollout belongs to a shipped row but the rows carry `ground_truth` actions, those",
+        "actions are replayed instead. A Gymnasium server (`GymnasiumServer`: `/reset` and `/step`, no",
+        "`/verify`) is scored as Gym's `gymnasium_agent` scores it: `/reset`, then `/step` with each recorded",
+        "model turn, rewards summed; natively twice (an environment whose rewards differ between the two is",
+        "not reproducible, so no parity is claimed for it), and bridged with `reset` and `step` as MCP tools.",
         "",
         f"- Date: {date}; machine: {platform.machine()}, {cpus} cores{memory}, {platform.system()} "
         f"{platform.release()}; no GPU; network: package registries only; no model",
@@ -320,6 +449,10 @@ def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
     for r in results:
         state = f"yes ({r.start_s:.0f} s)" if r.started else f"no: {r.why}"
         lines.append(f"| `{r.env}` | {state} | {r.tools if r.started else '-'} | {parity_text(r)} |")
+    checked = [r.env for r in results if not r.started and r.env in CHECKED]
+    if checked:
+        lines += ["", "## Not started, checked by hand", ""]
+        lines += [f"- `{env}`: {CHECKED[env]}" for env in checked]
     lines.append("")
     return "\n".join(lines)
 
@@ -338,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [EnvResult(**r) for r in saved["results"]]
         for r in results:
             if r.native_error:
-                r.note = _verify_reason(r.native_error)
+                r.note = _verify_reason(r.native_error, r.source)
         if args.out:
             args.out.write_text(markdown(results, saved["command"], saved["elapsed_s"]))
         return 0

@@ -294,7 +294,10 @@ class Bridge:
                 retry_after=5,
             )
         generation = self.upstream.generation
-        response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
+        if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
+            response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
+        else:  # Gym's GymnasiumServer has no /seed_session: its first call (/reset) opens its session
+            response = UpstreamResponse(200, [(b"content-type", b"application/json")], b"{}")
         if not response.is_success:
             return response, None
         cookie = merge_cookies(cookie_header, response.header_list("set-cookie"))

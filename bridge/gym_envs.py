@@ -1,7 +1,8 @@
 """Per-environment Python environments for managed upstreams, as Gym's own runner builds them.
 
 Gym gives every resources server an environment of its own, built from the server directory's
-``requirements.txt`` (minus the line that installs nemo-gym itself from ``../..``) with ``ray`` and
+``requirements.txt`` (minus the line that installs nemo-gym itself from ``../..``), or from its
+``pyproject.toml`` dependencies when it has no ``requirements.txt``, with ``ray`` and
 ``openai`` pinned to the parent's versions. The bridge does the same, layered on the base Gym
 environment (``gym_python``) instead of a full copy of it:
 
@@ -31,6 +32,7 @@ import re
 import shutil
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,10 +143,12 @@ def locate(spec: str, root: Path | None) -> Path | None:
 
 def requirement_lines(directory: Path) -> list[str]:
     """The server's own requirements as Gym installs them: ``requirements.txt`` without lines that
-    reach ``../..`` (nemo-gym itself), comments and blanks."""
+    reach ``../..`` (nemo-gym itself), comments and blanks; or, without one, ``pyproject.toml``'s
+    ``project.dependencies`` without nemo-gym (Gym installs those with ``--no-sources``: from the
+    registry, whatever ``tool.uv.sources`` says)."""
     path = directory / "requirements.txt"
     if not path.is_file():
-        return []
+        return _pyproject_dependencies(directory / "pyproject.toml")
     lines = []
     for raw in path.read_text().splitlines():
         line = raw.split(" #", 1)[0].strip()
@@ -153,13 +157,26 @@ def requirement_lines(directory: Path) -> list[str]:
     return lines
 
 
+def _pyproject_dependencies(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    project = tomllib.loads(path.read_text()).get("project", {})
+    dependencies = project.get("dependencies", []) if isinstance(project, dict) else []
+    return [
+        d
+        for d in dependencies
+        if isinstance(d, str)
+        and re.split(r"[\s\[<>=!~;@]", d, maxsplit=1)[0].lower().replace("_", "-") != "nemo-gym"
+    ]
+
+
 def env_dir(cache: Path, name: str, lines: list[str], base: BaseInfo, gym_python: Path) -> Path:
     identity = json.dumps(
         {
             "lines": lines,
             "python": str(gym_python.resolve()),
             "purelib": str(base.purelib),
-            "constraints": "base-installed",
+            "constraints": "base-installed, else with nemo-gym",
             **base.versions,
         },
         sort_keys=True,
@@ -242,21 +259,33 @@ async def build(target: Path, name: str, lines: list[str], base: BaseInfo, gym_p
             )
         purelib = next((target / "lib").glob("python3*/site-packages"))
         (purelib / "_gym_base_env.pth").write_text(f"import site; site.addsitedir({str(base.purelib)!r})\n")
-        (target / "requirements.txt").write_text("\n".join(lines) + "\n")
         # Gym resolves a server's requirements together with nemo-gym's own: keep every package of the
-        # base at its version (a newer antlr4 under math-verify breaks omegaconf's parser, say); when
-        # that cannot resolve, fall back to Gym's explicit pins only.
+        # base at its version (a newer antlr4 under math-verify breaks omegaconf's parser, say). When
+        # that cannot resolve, do what Gym's runner does: nemo-gym itself resolved with the
+        # requirements, into this layer, so every package it shadows comes with its dependents
+        # (a newer protobuf under the base's wandb would not import), with Gym's explicit pins; last,
+        # the requirements alone with those pins.
         pins = [f"{n}=={v}" for n, v in base.installed.items() if n.lower() != "nemo-gym"]
         explicit = [f"{n}=={v}" for n, v in base.versions.items() if n in PINNED_FROM_BASE and v]
-        for attempt in (pins, explicit):
-            (target / "constraints.txt").write_text("\n".join(attempt) + "\n")
+        gym = base.versions.get("nemo-gym")
+        attempts = [
+            (lines, pins),
+            ([f"nemo-gym=={gym}", *lines] if gym else lines, explicit),
+            (lines, explicit),
+        ]
+        for number, (requirements, constraints) in enumerate(attempts):
+            (target / "requirements.txt").write_text("\n".join(requirements) + "\n")
+            (target / "constraints.txt").write_text("\n".join(constraints) + "\n")
             argv = [uv, "pip", "install", "--python", str(target / "bin" / "python")]
             argv += ["-r", str(target / "requirements.txt"), "-c", str(target / "constraints.txt")]
             code, out = await _run(argv)
-            if code == 0 or attempt is explicit:
+            if code == 0 or number == len(attempts) - 1:
                 break
             log.warning(
-                "%s: its requirements do not resolve with the base's versions; trying Gym's pins only", name
+                "%s: its requirements do not resolve %s; trying %s",
+                name,
+                ("with the base's versions", "with nemo-gym")[number],
+                ("them with nemo-gym, as Gym's runner does", "them with Gym's pins only")[number],
             )
         if code != 0:
             shutil.rmtree(target, ignore_errors=True)

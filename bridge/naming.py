@@ -265,6 +265,8 @@ def _renderings(tool: str, server: str) -> Iterator[tuple[str, str]]:
     namespace = f"mcp__{_san_codex(server)}_{_sha1(identity)[:_CODEX_HASH_LEN]}"
     yield _join_namespace(namespace, tool), "codex"
     yield _join_namespace(namespace, _san_codex(tool)), "codex"
+    # ``trajectory.from_codex_exec``: an ``mcp_tool_call`` event names the server as configured
+    yield _join_namespace(f"mcp__{server}", tool), "codex-exec"
     yield _render_codex_legacy(tool, server), "codex-legacy"
     yield _render_agents(tool, server), "agents-sdk"
     for seed_index in range(_AGENTS_COLLISION_RETRIES + 1):

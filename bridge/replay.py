@@ -3,7 +3,8 @@
 For each record (a Gym rollout: the row's fields, a Responses ``response`` and its recorded
 ``reward``; or a row whose ``ground_truth`` actions are replayed with ``--from ground-truth``):
 
-1. the row is found: the record itself, or the ``--rows`` file joined by ``id`` or by prompt
+1. the row is found: the record itself, or the ``--rows`` file joined by Gym's ``_ng_task_index``
+   (when that row has the record's prompt), by ``id`` or by prompt
    (``responses_create_params.input``); a record with no row is reported, never guessed;
 2. a session is seeded through the bridge, and every recorded ``function_call`` is re-issued as an
    MCP ``tools/call`` with the official SDK client (arguments from the record);
@@ -78,11 +79,16 @@ def join_row(record: dict[str, Any], rows: list[dict[str, Any]] | None) -> tuple
     """The row fields for a record, and why not when none can be found."""
     if rows is None:
         return {k: v for k, v in record.items() if k not in ROLLOUT_ONLY}, ""
+    key = _prompt_key(record)
+    # Gym's collection writes the row's position in its input file; trusted only when that row
+    # has the record's prompt (a rollout file collected from a larger data set has other rows).
+    index = record.get("_ng_task_index")
+    if type(index) is int and 0 <= index < len(rows) and _prompt_key(rows[index]) == key:
+        return rows[index], ""
     if "id" in record:
         by_id = [r for r in rows if r.get("id") == record["id"]]
         if len(by_id) == 1:
             return by_id[0], ""
-    key = _prompt_key(record)
     matches = [r for r in rows if _prompt_key(r) == key]
     if len(matches) == 1:
         return matches[0], ""

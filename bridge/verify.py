@@ -122,6 +122,16 @@ def normalize(
             entry = {"name": shown, "reason": result.reason or naming.UNKNOWN_TOOL}
             if entry not in report.unresolved:
                 report.unresolved.append(entry)
+            if namespace is not None:
+                # Gym reads only ``name``: a namespace item kept as emitted would be scored as the
+                # session tool its bare name spells. Gym gets the flat name instead (a tool it does
+                # not know); the caller's names come back in the answer.
+                call_id = item.get("call_id")
+                if isinstance(call_id, str):
+                    report.emitted_by_call[call_id] = emitted
+                    report.namespaces[call_id] = namespace
+                item["name"] = naming.flat_name(emitted, namespace)
+                item.pop("namespace", None)
             continue
         if result.canonical == emitted and namespace is None:
             continue
@@ -178,6 +188,17 @@ async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], 
 
 async def _verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
     started = time.perf_counter()
+    if (
+        bridge.toolsets is not None
+        and not bridge.toolsets.catch_all
+        and "verify" not in bridge.upstream_routes
+    ):
+        raise Rejected(
+            "this upstream has no /verify: it scores inside its own tools "
+            "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
+            404,
+            "no_verify",
+        )
     body = dict(body)
     raw_trajectory = body.pop("trajectory", None)
     if raw_trajectory is not None:

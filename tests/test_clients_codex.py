@@ -24,6 +24,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import ModuleType
@@ -33,8 +34,9 @@ import httpx
 import pytest
 
 from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
+from tests.interop.client_names import FIXTURES
 from tests.interop.node import Installed, ensure_packages
-from tests.interop.stubs.common import LocalStub
+from tests.interop.stubs.common import LocalStub, check_names, native_reward, upstream_url
 
 CODEX_VERSION = "0.171.0"
 EXAMPLE = ROOT / "examples" / "clients" / "codex" / "run_codex.py"
@@ -101,6 +103,10 @@ class StubResponsesProvider(LocalStub):
                 found.setdefault(tool["name"], (None, tool["name"]))
         return found
 
+    def target(self, body: dict[str, Any], step: int, tool: str) -> tuple[str | None, str] | None:
+        """(namespace or None, name) to call ``tool`` by at ``step``: the first offer of it."""
+        return self.offered(body).get(tool)
+
     def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         self.requests.append(body)
         step = sum(1 for item in body.get("input") or [] if item.get("type") == "function_call_output")
@@ -108,12 +114,12 @@ class StubResponsesProvider(LocalStub):
         events: list[dict[str, Any]] = [{"type": "response.created", "response": {"id": rid}}]
         if step < len(self.solution):
             tool, arguments = self.solution[step]
-            offered = self.offered(body)
-            if tool not in offered:
-                text = f"stub: tool {tool!r} was not offered (offered: {sorted(offered)})"
+            target = self.target(body, step, tool)
+            if target is None:
+                text = f"stub: tool {tool!r} was not offered (offered: {sorted(self.offered(body))})"
                 item: dict[str, Any] = self._message(text)
             else:
-                namespace, name = offered[tool]
+                namespace, name = target
                 item = {
                     "type": "function_call",
                     "id": f"fc_stub_{step}",
@@ -475,3 +481,254 @@ def test_codex_on_workplace_assistant_scores_the_ground_truth(
     # the same Codex run scored against another row's ground truth is 0: the reward is not constant
     wrong = {**other, "response": response}
     assert run_codex.post_json(f"{workplace_bridge.url}/verify", wrong, {HEADER: token})["reward"] == 0.0
+
+
+# -- two servers whose names collide after sanitizing: Codex hashes the namespaces ----------------
+#
+# Codex 0.171.0 hashes an MCP namespace only when two configured servers sanitize to the same one
+# (`gym-bridge` and `gym.bridge` -> `mcp__gym_bridge`): each gets `mcp__gym_bridge_<12 hex>`
+# (tests/interop/capture_codex_names.py stored them in the codex-cli fixture). Session A is seeded
+# on a bridge whose server name is `gym-bridge`, session B on a second bridge named `gym.bridge`
+# (one bridge has one server name; with both sessions on one bridge, B's seeded name would also
+# be `gym-bridge`, and A's hashed namespace would be evidence for B as well). Codex is configured
+# with both, each under its seed's `server_name`, and the stub addresses each call to the hashed
+# namespace Codex offered for the server that should receive it. The expected namespaces are the
+# ones the real binary emitted when the fixture was captured (its `mcp_tool_call` events paired
+# each namespace with its server), never recomputed here.
+
+COLLIDING = ("gym-bridge", "gym.bridge")
+FIND_RAJ = ("company_directory_find_email_address", {"name": "raj"})  # read-only: changes no state
+
+
+def captured_namespaces() -> dict[str, str]:
+    """{server: hashed namespace} the real Codex offered when both COLLIDING servers were configured."""
+    stored = json.loads((FIXTURES / "codex-cli.json").read_text())
+    assert stored["version"] == CODEX_VERSION
+    pairs = {(c["server"], c["namespace"]) for c in stored["cases"] if c["server"] in COLLIDING}
+    found = dict(pairs)
+    assert len(pairs) == len(found) == len(COLLIDING), pairs  # one namespace per server, both stored
+    return found
+
+
+class CollidingStub(StubResponsesProvider):
+    """Replays ``calls`` (namespace, tool, arguments): each tool in the namespace given, provided
+    Codex offered that tool inside that namespace."""
+
+    def __init__(self, calls: list[tuple[str, str, dict[str, Any]]]) -> None:
+        self.namespaces = [namespace for namespace, _, _ in calls]
+        super().__init__([(tool, arguments) for _, tool, arguments in calls])
+
+    def target(self, body: dict[str, Any], step: int, tool: str) -> tuple[str | None, str] | None:
+        namespace = self.namespaces[step]
+        inside = [
+            child.get("name")
+            for offered in body.get("tools") or []
+            if offered.get("type") == "namespace" and offered.get("name") == namespace
+            for child in offered.get("tools") or []
+        ]
+        return (namespace, tool) if tool in inside else None
+
+    def mcp_namespaces(self) -> dict[str, list[str]]:
+        """{namespace: bare tool names} for every ``mcp__`` namespace of Codex's first request."""
+        return {
+            t["name"]: [c["name"] for c in t.get("tools") or []]
+            for t in self.requests[0].get("tools") or []
+            if t.get("type") == "namespace" and str(t.get("name", "")).startswith("mcp__")
+        }
+
+    def transcript(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        """The rollout as the model saw it: the ``function_call`` / ``function_call_output`` items
+        Codex sent back in its last request (with the hashed namespaces it offered) and its final
+        answer, as one Responses object."""
+        response = run_codex.exec_events_to_response(events)
+        items = [
+            i
+            for i in self.requests[-1].get("input") or []
+            if i.get("type") in ("function_call", "function_call_output")
+        ]
+        response["output"] = items + [i for i in response["output"] if i.get("type") == "message"]
+        return response
+
+
+@dataclass
+class CollisionRollout:
+    """One ``codex exec`` with both colliding servers configured."""
+
+    calls: list[tuple[str, str, dict[str, Any]]]  # (server, tool, arguments) the stub made
+    namespaces: dict[str, str]  # server -> the namespace the stub addressed it by
+    metadata: dict[str, dict[str, Any]]  # server -> its session's seed `mcp` block
+    rows: dict[str, dict[str, Any]]  # server -> the row seeded in its session
+    stub: CollidingStub
+    events: list[dict[str, Any]]
+
+    def token(self, server: str) -> str:
+        return str(self.metadata[server]["headers"][HEADER])
+
+    def made_in(self, server: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(tool, arguments) for s, tool, arguments in self.calls if s == server]
+
+
+@pytest.fixture(scope="module")
+def colliding_bridges(log_dir: Path) -> Iterator[dict[str, BridgeProcess]]:
+    """workplace_assistant behind two bridges, named ``gym-bridge`` and ``gym.bridge``."""
+    started: dict[str, BridgeProcess] = {}
+    try:
+        for name in COLLIDING:
+            args = ["--resources-server", "workplace_assistant", "--server-name", name]
+            started[name] = BridgeProcess(args=args).start(log_dir, timeout=240)
+        yield started
+    finally:
+        for bridge in started.values():
+            bridge.stop()
+
+
+def collision_rollout(
+    codex: str, bridges: dict[str, BridgeProcess], calls: list[tuple[str, str, dict[str, Any]]]
+) -> CollisionRollout:
+    rows = gym_data("workplace_assistant")
+    seeded = dict(zip(COLLIDING, (rows[0], rows[1]), strict=True))  # A: row 0, B: row 1
+    metadata = {s: run_codex.mcp_metadata(run_codex.seed(bridges[s].url, seeded[s])) for s in COLLIDING}
+    assert [m["server_name"] for m in metadata.values()] == list(COLLIDING)
+    namespaces = captured_namespaces()
+    with CollidingStub([(namespaces[s], tool, arguments) for s, tool, arguments in calls]) as stub:
+        first, second = COLLIDING
+        config = run_codex.codex_config(
+            metadata[first], model="gym-stub-model", model_base_url=stub.base_url, api_key_env=STUB_KEY_ENV
+        )
+        config["mcp_servers"][second] = run_codex.mcp_server_entry(metadata[second])
+        events, stderr, code = run_codex.run_codex_exec(
+            codex, config, run_codex.user_prompt(seeded[first]), env={STUB_KEY_ENV: "stub-key"}, timeout_s=180
+        )
+    assert code == 0, f"codex exec exited {code}:\n{stderr[-3000:]}"
+    return CollisionRollout(calls, namespaces, metadata, seeded, stub, events)
+
+
+@pytest.fixture(scope="module")
+def collision_rollouts(
+    codex: str, colliding_bridges: dict[str, BridgeProcess]
+) -> dict[str, CollisionRollout]:
+    """``solved``: A's ground truth in A's namespace, B's in B's. ``perturbed``: A's namespace gets
+    a read-only call; A's ground truth goes to B's namespace (so it lands in session B)."""
+    a, b = COLLIDING
+    rows = gym_data("workplace_assistant")
+    solved = [(a, t, args) for t, args in ground_truth_solution(rows[0])]
+    solved += [(b, t, args) for t, args in ground_truth_solution(rows[1])]
+    perturbed = [(a, *FIND_RAJ)] + [(b, t, args) for t, args in ground_truth_solution(rows[0])]
+    return {
+        "solved": collision_rollout(codex, colliding_bridges, solved),
+        "perturbed": collision_rollout(codex, colliding_bridges, perturbed),
+    }
+
+
+def verify_transcript(
+    bridge: BridgeProcess, token: str, response: dict[str, Any], aliases: list[str] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"response": response}
+    if aliases is not None:
+        body["_bridge"] = {"server_aliases": aliases}
+    return dict(run_codex.post_json(f"{bridge.url}/verify", body, {HEADER: token}))
+
+
+@pytest.mark.parametrize("case", ["solved", "perturbed"])
+def test_codex_hashes_colliding_namespaces_as_captured(
+    collision_rollouts: dict[str, CollisionRollout], case: str
+) -> None:
+    """The real binary offered the two hashed namespaces the fixture holds, every tool bare inside
+    each, and delivered each call to the server the fixture pairs with the namespace called."""
+    rollout = collision_rollouts[case]
+    offered = rollout.stub.mcp_namespaces()
+    assert sorted(offered) == sorted(rollout.namespaces.values())  # nothing else under mcp__
+    tools = [t["name"] for t in rollout.rows[COLLIDING[0]]["responses_create_params"]["tools"]]
+    for namespace in offered.values():
+        assert sorted(namespace) == sorted(tools)
+    emitted = [(i["namespace"], i["name"]) for i in rollout.stub.emitted]
+    assert emitted == [(rollout.namespaces[s], tool) for s, tool, _ in rollout.calls]
+    delivered = [(c["server"], c["tool"], c["arguments"], c["status"]) for c in mcp_calls(rollout.events)]
+    assert delivered == [(s, tool, arguments, "completed") for s, tool, arguments in rollout.calls]
+    cases = [
+        {
+            "server": server,
+            "tool": tool,
+            "emitted": tool,
+            "namespace": rollout.namespaces[server],
+            "tools": tools,
+            "note": f"whole rollout, servers configured together: {list(COLLIDING)}",
+        }
+        for server, tool, _ in rollout.calls
+    ]
+    header = {"version": CODEX_VERSION, "command": "tests/test_clients_codex.py (colliding servers)"}
+    check_names("codex-cli", header, cases)
+    print(f"\ncodex {CODEX_VERSION} colliding servers {list(COLLIDING)} ({case}): offered {sorted(offered)}")
+
+
+def test_codex_hashed_namespace_resolves_only_for_its_own_server(
+    collision_rollouts: dict[str, CollisionRollout], colliding_bridges: dict[str, BridgeProcess]
+) -> None:
+    """Session A's hashed namespace resolves on the evidence of A's seeded server name; B's hashed
+    namespace is unresolved for A (``unknown server alias``), nothing is proven from A's log, and
+    the recorded trajectory (what A really served) scores what the same calls score natively."""
+    a, b = COLLIDING
+    bridge = colliding_bridges[a]
+    upstream = upstream_url(bridge.url)
+    row = gym_data("workplace_assistant")[0]
+    for case, expected in (("solved", 1.0), ("perturbed", 0.0)):
+        rollout = collision_rollouts[case]
+        token = rollout.token(a)
+        ns_a, ns_b = rollout.namespaces[a], rollout.namespaces[b]
+        native = native_reward(upstream, row, rollout.made_in(a))
+        recorded = run_codex.verify(bridge.url, token, recorded=True)
+        assert recorded["reward"] == native == expected, (case, recorded["reward"], native)
+        assert recorded["_bridge"]["recorded_tool_calls"] == len(rollout.made_in(a))
+
+        in_a = [f"{ns_a}.{tool}" for tool, _ in rollout.made_in(a)]
+        in_b = [f"{ns_b}.{tool}" for tool, _ in rollout.made_in(b)]
+        model_side = verify_transcript(bridge, token, rollout.stub.transcript(rollout.events))
+        assert model_side["_bridge"]["normalized"] == {name: name.split(".", 1)[1] for name in in_a}
+        assert model_side["_bridge"]["unresolved"] == [
+            {"name": name, "reason": "unknown server alias"} for name in in_b
+        ]
+        assert model_side["_bridge"]["proven_aliases"] == []
+
+        response = run_codex.exec_events_to_response(rollout.events)
+        converted = run_codex.verify(bridge.url, token, response=response)
+        assert converted["_bridge"]["normalized"] == {
+            f"mcp__{a}.{tool}": tool for tool, _ in rollout.made_in(a)
+        }
+        assert converted["_bridge"]["unresolved"] == [
+            {"name": f"mcp__{b}.{tool}", "reason": "unknown server alias"} for tool, _ in rollout.made_in(b)
+        ]
+
+    # Control: declaring `gym.bridge` an alias of A (false here) makes B's hashed namespace
+    # resolve for A, and A is then credited with the call B served: the name alone decides.
+    rollout = collision_rollouts["perturbed"]
+    declared = verify_transcript(bridge, rollout.token(a), rollout.stub.transcript(rollout.events), [b])
+    assert declared["_bridge"]["unresolved"] == []
+    assert (
+        declared["_bridge"]["normalized"][f"{rollout.namespaces[b]}.email_reply_email"] == "email_reply_email"
+    )
+    assert declared["reward"] == 1.0
+
+
+def test_codex_colliding_rollout_scores_like_native(
+    collision_rollouts: dict[str, CollisionRollout], colliding_bridges: dict[str, BridgeProcess]
+) -> None:
+    """The transcript rewards (hashed names as the model used them, and ``exec --json`` converted)
+    equal the native reward of the calls really made in each session: B's calls do not count in A."""
+    a, b = COLLIDING
+    rows = gym_data("workplace_assistant")
+    for case, session, row, expected in (
+        ("solved", a, rows[0], 1.0),
+        ("perturbed", a, rows[0], 0.0),
+        ("solved", b, rows[1], 1.0),
+    ):
+        rollout = collision_rollouts[case]
+        bridge = colliding_bridges[session]
+        native = native_reward(upstream_url(bridge.url), row, rollout.made_in(session))
+        model_side = verify_transcript(
+            bridge, rollout.token(session), rollout.stub.transcript(rollout.events)
+        )
+        assert model_side["reward"] == native == expected, (case, session, model_side["reward"], native)
+        # exec --json names the server as configured (`mcp__gym.bridge`), resolved from B's own name
+        response = run_codex.exec_events_to_response(rollout.events)
+        converted = run_codex.verify(bridge.url, rollout.token(session), response=response)
+        assert converted["reward"] == native, (case, session, converted["reward"], native)

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from benchmarks import sweep
-from bridge import gym_envs
+from bridge import gym_envs, replay
 from tests.conftest import BOOT, GYM_PYTHON, GYM_SITE, HEADER, BridgeProcess, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio
@@ -84,6 +84,75 @@ async def test_arguments_reach_the_upstream_as_sent(spawn_bridge: Any) -> None:
     assert bridged.is_error is (natively.status_code >= 400)
     result = await _parity(bridge, "circle_click")
     assert (result.native_scored, result.parity) == (result.rollouts, result.rollouts), result.mismatches
+
+
+async def test_gymnasium_upstream_scores_by_step_as_natively(spawn_bridge: Any) -> None:
+    """Gym's ``GymnasiumServer`` has no ``/seed_session`` and no ``/verify``: a session opens at
+    ``/reset`` and each ``/step`` answers its reward. Through the bridge: a seed that does not reach
+    the upstream, ``reset``/``step`` as MCP tools on per-session upstream cookies, and ``/verify``
+    refused with the reason instead of the upstream's bare 404."""
+    bridge = spawn_bridge(["--resources-server", "example_multi_turn_gymnasium"])
+    result = await _parity(bridge, "example_multi_turn_gymnasium")
+    assert result.tools == 2 and result.rollouts == 5
+    assert (result.native_scored, result.parity) == (5, 5), (result.mismatches, result.note)
+
+    rows = gym_data("example_multi_turn_gymnasium")
+    row_a, row_b = [r for r in rows if r["follow_ups"]][:2]
+    say = sweep.model_turns(
+        gym_data("example_multi_turn_gymnasium", "example_rollouts.jsonl")[0]["response"]
+    )[0]
+    seeded = {name: bridge.seed(row)["mcp"]["headers"][HEADER] for name, row in (("a", row_a), ("b", row_b))}
+    async with (
+        mcp_client(f"{bridge.url}/mcp", seeded["a"]) as a,
+        mcp_client(f"{bridge.url}/mcp", seeded["b"]) as b,
+    ):
+        assert not (await a.call_tool("reset", row_a)).is_error
+        assert not (await b.call_tool("reset", row_b)).is_error
+        first_a = json.loads((await a.call_tool("step", row_a | {"response": say})).content[0].text)  # type: ignore[union-attr]
+        # B's first step reads B's first follow-up: A's step did not advance B's upstream session
+        first_b = json.loads((await b.call_tool("step", row_b | {"response": say})).content[0].text)  # type: ignore[union-attr]
+    assert first_a["observation"] == row_a["follow_ups"][0]
+    assert first_b["observation"] == row_b["follow_ups"][0]
+    refused = httpx.post(
+        f"{bridge.url}/verify", json={"response": say}, headers={HEADER: seeded["a"]}, timeout=30
+    )
+    assert refused.status_code == 404 and "has no /verify" in refused.json()["detail"], refused.text
+
+
+def test_rollouts_join_their_rows_by_gym_task_index() -> None:
+    """Gym's collection writes ``_ng_task_index``; it joins only when that row has the record's
+    prompt. ``asr_with_pc``'s rows share one prompt (the audio differs), so only the index can
+    tell them apart; ``indirect_prompt_injection``'s rollouts came from other rows than the shipped
+    ones, so an index in range must not join them."""
+    rows = gym_data("asr_with_pc")
+    for record in gym_data("asr_with_pc", "example_rollouts.jsonl"):
+        assert replay.join_row(record, rows)[0] is rows[record["_ng_task_index"]]
+        without_index = {k: v for k, v in record.items() if k != "_ng_task_index"}
+        assert replay.join_row(without_index, rows)[0] is None  # the prompt alone is ambiguous
+    rows = gym_data("indirect_prompt_injection")
+    records = gym_data("indirect_prompt_injection", "example_rollouts.jsonl")
+    assert all(0 <= r["_ng_task_index"] < len(rows) for r in records)
+    assert [replay.join_row(r, rows)[0] for r in records] == [None] * len(records)
+
+
+def test_unjoined_rollouts_fall_back_to_the_rows_ground_truth() -> None:
+    """``workplace_assistant`` ships rollouts of rows it does not ship (and no ground truth in them),
+    so the sweep replays the shipped rows' ``ground_truth`` actions instead."""
+    rows = gym_data("workplace_assistant")
+    cases, source = sweep.cases_of("workplace_assistant")
+    assert "ground-truth" in source
+    assert [row for row, _ in cases] == rows
+    for row, response in cases:
+        calls = [
+            (i["name"], json.loads(i["arguments"]))
+            for i in response["output"]
+            if i["type"] == "function_call"
+        ]
+        expected = [
+            (a["name"], json.loads(a["arguments"]) if isinstance(a["arguments"], str) else a["arguments"])
+            for a in row["ground_truth"]
+        ]
+        assert calls == expected
 
 
 def _boot_resolve(spec: str, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -147,6 +216,12 @@ def test_requirements_as_gym_installs_them(tmp_path: Path) -> None:
     )
     assert gym_envs.requirement_lines(tmp_path) == ["xmltodict==1.0.2", "pyyaml>=6.0"]
     assert gym_envs.requirement_lines(tmp_path / "nowhere") == []
+    # no requirements.txt: Gym installs the pyproject.toml's project (`uv pip install --no-sources
+    # '-e .'`, nemo_gym/cli/setup_command.py), i.e. its dependencies from the registry
+    assert GYM_SITE is not None
+    code_fim = GYM_SITE / "resources_servers" / "code_fim"
+    assert not (code_fim / "requirements.txt").exists()
+    assert gym_envs.requirement_lines(code_fim) == ["human-eval-infilling"]
 
 
 def test_install_failure_is_one_line_naming_the_package() -> None:

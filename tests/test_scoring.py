@@ -250,6 +250,37 @@ def test_codex_namespaced_items_resolve(multi_step: BridgeProcess) -> None:
     assert all(i["namespace"] == "mcp__example_multi_step" for i in calls), "namespaces are echoed as emitted"
 
 
+@pytest.mark.parametrize("namespace", ["mcp__filesystem", "mcp__example_multi_step_0123456789ab", "mcp__"])
+def test_a_call_in_a_foreign_namespace_never_scores_as_the_bare_tool(
+    multi_step: BridgeProcess, namespace: str
+) -> None:
+    """A Codex namespace item names its server in ``namespace`` and the tool bare in ``name``; Gym
+    reads only ``name``. A call in a namespace that is no alias of this server is unresolved, and
+    must reach Gym under a name no tool has: the same rollout Gym scores 1.0 with our namespace
+    (test above) scores what no calls score natively (0.0), and the caller gets its names back."""
+    rollout, row = multi_step_pair()
+    response = copy.deepcopy(rollout["response"])
+    for item in response["output"]:
+        if item.get("type") == "function_call":
+            item["namespace"] = namespace
+    upstream = multi_step.health()["upstream"]["url"]
+    no_calls = {**response, "output": [i for i in response["output"] if i.get("type") == "message"]}
+    with httpx.Client(base_url=upstream) as native:
+        native.post("/seed_session", json=row).raise_for_status()
+        natively = native.post("/verify", json={**row, "response": no_calls}).json()["reward"]
+    seed = multi_step.seed(row)
+    verdict = httpx.post(
+        f"{multi_step.url}/verify", json={"response": response}, headers=seed["mcp"]["headers"]
+    ).json()
+    assert verdict["reward"] == natively == 0.0
+    calls = [i for i in verdict["response"]["output"] if i.get("type") == "function_call"]
+    assert calls and all(i["namespace"] == namespace for i in calls)
+    assert [i["name"] for i in calls] == [
+        i["name"] for i in rollout["response"]["output"] if i.get("type") == "function_call"
+    ]
+    assert {u["name"].split(".", 1)[0] for u in verdict["_bridge"]["unresolved"]} == {namespace}
+
+
 async def test_openai_chat_and_anthropic_trajectories_score_the_counter(
     counter_bridge: BridgeProcess,
 ) -> None:
