@@ -58,7 +58,7 @@ COPY --from=gym-env /opt/gym-env /opt/gym-env
 COPY --from=bridge-env /opt/bridge /opt/bridge
 # A stable path for the upstream boot script, for the sidecar layout (Gym in its own container):
 #   /opt/gym-env/bin/python /opt/upstream_boot.py --server NAME --host 0.0.0.0 --port 9000
-RUN ln -s /opt/bridge/lib/python3.12/site-packages/bridge/upstream_boot.py /opt/upstream_boot.py
+RUN ln -s /opt/bridge/lib/python3.12/site-packages/bridge/upstream/boot.py /opt/upstream_boot.py
 ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,7 +1,7 @@
 """Boot a Gym >= 0.5 resources server with its own in-process MCP endpoint (``expose_tools_over_mcp``).
 
 Run by the benchmark under the nemo-gym 0.7.0 interpreter (``.cache/bench/gym07-env``), never imported
-by the bridge. It reuses ``bridge/upstream_boot.py`` (server resolution, socket binding, port file) and
+by the bridge. It reuses ``bridge/upstream/boot.py`` (server resolution, socket binding, port file) and
 differs only in building the app the way Gym's own ``run_webserver`` does when the config sets
 ``expose_tools_over_mcp: true``: ``setup_webserver()``, then ``maybe_auto_expose(server, app)`` (mounts
 ``/mcp`` and wraps ``/seed_session`` to hand out the session token), then liveness, the exception
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BOOT = Path(__file__).resolve().parent.parent / "bridge" / "upstream_boot.py"
+BOOT = Path(__file__).resolve().parent.parent / "bridge" / "upstream" / "boot.py"
 
 
 def _boot_module() -> Any:

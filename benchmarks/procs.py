@@ -16,10 +16,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.upstream import BootInfo
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "bench"
 GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
-BOOT = ROOT / "bridge" / "upstream_boot.py"
+BOOT = ROOT / "bridge" / "upstream" / "boot.py"
 BRIDGE = [sys.executable, "-m", "bridge"]
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 SERVER = "example_session_state_mgmt"
@@ -131,16 +133,26 @@ def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None
     return Proc(name=name, popen=popen, log=log)
 
 
-def _wait_port_file(proc: Proc, port_file: Path, timeout: float) -> dict[str, object]:
+def wait_for_boot(
+    popen: subprocess.Popen[bytes], port_file: Path, log: Path | None, timeout: float
+) -> BootInfo:
+    """What a Gym boot script (``bridge/upstream/boot.py``) wrote to its port file, once it has and
+    its ``/openapi.json`` answers; BenchError with its log tail if it dies or ``timeout`` passes.
+    The benchmarks and the tests start upstreams with this."""
     deadline = time.monotonic() + timeout
-    while not port_file.exists():
-        if not proc.alive():
-            raise BenchError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log_tail()}")
+    tail = (lambda: "\n".join(log.read_text(errors="replace").splitlines()[-15:])) if log else (lambda: "")
+    info = BootInfo.read(port_file)
+    while info is None:
+        if popen.poll() is not None:
+            raise BenchError(f"the upstream exited with {popen.returncode}:\n{tail()}")
         if time.monotonic() > deadline:
-            proc.stop()
-            raise BenchError(f"{proc.name} wrote no port file within {timeout:g}s:\n{proc.log_tail()}")
+            raise BenchError(f"the upstream wrote no port file within {timeout:g}s:\n{tail()}")
         time.sleep(0.02)
-    info: dict[str, object] = json.loads(port_file.read_text())
+        info = BootInfo.read(port_file)
+    while http_status(f"{info.url}/openapi.json") != 200:
+        if popen.poll() is not None or time.monotonic() > deadline:
+            raise BenchError(f"the upstream at {info.url} did not answer /openapi.json:\n{tail()}")
+        time.sleep(0.02)
     return info
 
 
@@ -159,15 +171,18 @@ def _wait_http(proc: Proc, url: str, timeout: float, poll: float = 0.01) -> floa
 
 
 def _serving(proc: Proc, port_file: Path, timeout: float) -> None:
-    """Wait for a Gym boot script's port file, then for its /openapi.json; record URL and version."""
-    info = _wait_port_file(proc, port_file, timeout)
-    proc.url = f"http://{info['host']}:{info['port']}"
-    _wait_http(proc, f"{proc.url}/openapi.json", timeout)
-    proc.extra["gym_version"] = info.get("gym_version")
+    """Wait for a Gym boot script to serve (``wait_for_boot``); record its URL and Gym version."""
+    try:
+        info = wait_for_boot(proc.popen, port_file, proc.log, timeout)
+    except BenchError:
+        proc.stop()
+        raise
+    proc.url = info.url
+    proc.extra["gym_version"] = info.gym_version
 
 
 def _upstream_argv(port: int, port_file: Path) -> list[str]:
-    """The Gym counter server under ``upstream_boot.py`` on ``port`` (0: any free port)."""
+    """The Gym counter server under ``upstream/boot.py`` on ``port`` (0: any free port)."""
     if not GYM_PYTHON.exists():
         raise BenchError(f"the Gym environment is missing ({GYM_PYTHON}); run 'make setup'")
     options = {"--server": SERVER, "--host": "127.0.0.1", "--port": str(port), "--port-file": str(port_file)}
@@ -265,7 +280,13 @@ def start_fastmcp(workdir: Path, upstream_url: str, timeout: float = 120) -> Pro
         ],
         workdir,
     )
-    info = _wait_port_file(proc, port_file, timeout)
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():  # the proxy writes {"host", "port"} once it bound
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"fastmcp wrote no port file within {timeout:g}s:\n{proc.log_tail()}")
+        time.sleep(0.02)
+    info = json.loads(port_file.read_text())
     proc.url = f"http://{info['host']}:{info['port']}"
     return proc
 

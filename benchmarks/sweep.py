@@ -30,7 +30,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,8 @@ from typing import Any
 import httpx
 import httpx2
 
-from bridge import replay
+from benchmarks.procs import free_port
+from bridge.commands import replay
 
 ROOT = Path(__file__).resolve().parent.parent
 GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
@@ -61,6 +61,10 @@ CHECKED = {
     "https://github.com/open-compass/VLMEvalKit`: GitHub is not reachable here (`Could not resolve host`).",
     "xstest": "`setup_webserver` waits, every 10 s and without end, for its judge model server "
     "(`allenai/wildguard` on vLLM, a GPU); no model is reachable here, so it never listens.",
+    "bigcodebench": "at startup it builds a Python 3.10 venv with `uv venv --python 3.10` (uv finds only "
+    "pyenv's inactive `python3.10` shim here) and then `pip install -r "
+    "https://raw.githubusercontent.com/bigcode-project/bigcodebench/main/Requirements/requirements-eval.txt`"
+    ": with pyenv's 3.10.13 put first on `PATH` it gets that far and stops there (GitHub is not reachable).",
     "gymnasium": "not a server: the `GymnasiumServer` base class the Gymnasium environments build on "
     "(its README: 'Not a standalone server').",
 }
@@ -91,12 +95,6 @@ def gym_root() -> Path:
 
 def bundled_envs() -> list[str]:
     return sorted(d.name for d in gym_root().iterdir() if (d / "data" / "example.jsonl").is_file())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def user_reason(log: str) -> str:

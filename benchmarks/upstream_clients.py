@@ -28,7 +28,7 @@ import orjson
 
 from benchmarks.clients import seed_body
 from benchmarks.procs import BenchError
-from bridge.upstream import _KeepAlivePool
+from bridge.upstream.transport import _KeepAlivePool
 
 CLIENTS = ["pool", "aiohttp", "httpx"]
 THRESHOLD_MS = 0.05

@@ -3,7 +3,7 @@
 Each line: ``time`` (UTC, ISO 8601), ``session`` (a hash of the session id, as in traces),
 ``tool`` (canonical), ``emitted`` (as the harness called it), ``transport``, ``outcome``,
 ``latency_ms``; ``arguments`` only with ``--audit-log-arguments`` (they may hold what a model
-read from the task). Never results or tokens. ``core.Bridge.call_tool`` writes a line after the
+read from the task). Never results or tokens. ``service.Bridge`` writes a line (``_finish``) after the
 call; the file is appended to, line-buffered, so a crash loses at most the line being written.
 """
 

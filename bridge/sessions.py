@@ -112,10 +112,6 @@ class Session:
         return len(self.calls) + self.dropped.count
 
     @property
-    def calls_dropped(self) -> int:
-        return self.dropped.count
-
-    @property
     def log_complete(self) -> bool:
         """Whether ``calls`` holds every call served (no cap left one out)."""
         return self.dropped.count == 0
@@ -131,6 +127,9 @@ class Session:
 
 
 class SessionRegistry:
+    """Open sessions by id, in creation order (expiry is FIFO), with tombstones saying why a closed,
+    expired or lost session is gone, and the byte budgets of their call logs."""
+
     def __init__(
         self,
         ttl_s: float,
@@ -156,11 +155,17 @@ class SessionRegistry:
         """Whether ``sid`` names an open session (expired ones count until the next sweep)."""
         return sid in self._open
 
-    def create(self, row_json: bytes, cookie: str, toolset: ToolSet, generation: int) -> Session:
-        now = time.time()
+    def ensure_room(self, now: float | None = None) -> None:
+        """Sweep, then raise ``SessionCapReached`` when ``max_sessions`` sessions are open."""
         self.sweep(now)
         if len(self._open) >= self.max_sessions:
-            raise SessionCapReached(f"session cap reached ({self.max_sessions} open sessions)")
+            raise SessionCapReached(
+                f"session cap reached ({self.max_sessions} open sessions); retry later or raise max_sessions"
+            )
+
+    def create(self, row_json: bytes, cookie: str, toolset: ToolSet, generation: int) -> Session:
+        now = time.time()
+        self.ensure_room(now)
         session = Session(
             sid=uuid.uuid4().hex,
             row_json=row_json,

@@ -130,14 +130,9 @@ class Settings(BaseSettings):
     )
     audit_log_arguments: bool = Field(False, description="include each call's arguments in the audit log")
 
-    @field_validator("tools_from", mode="before")
-    @classmethod
-    def _split_sources(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("allowed_hosts", "allowed_origins", "server_aliases", "peers", mode="before")
+    @field_validator(
+        "tools_from", "allowed_hosts", "allowed_origins", "server_aliases", "peers", mode="before"
+    )
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
@@ -148,7 +143,7 @@ class Settings(BaseSettings):
     @classmethod
     def _peer_patterns(cls, value: list[str] | None) -> list[str] | None:
         if value is not None:
-            from bridge.forwarding import parse_peers
+            from bridge.peers import parse_peers
 
             parse_peers(value)  # ValueError naming the bad pattern
         return value

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import jwt
 
 HEADER = "X-NeMo-Gym-Session-Token"
+_RAW_HEADER = HEADER.lower().encode("latin-1")
 MAX_TOKEN_BYTES = 8192
 INLINE_TOOLS_BYTES = 2048  # a larger allow-list travels as its digest
 _CACHE_SIZE = 16384
@@ -182,8 +183,16 @@ def from_headers(headers: Mapping[str, str], *, bearer: bool) -> str | None:
     token = headers.get(HEADER)
     if token:
         return token.strip()
-    if bearer:
-        auth = headers.get("authorization", "")
-        if auth[:7].lower() == "bearer ":
-            return auth[7:].strip()
-    return None
+    return _bearer(headers.get("authorization", "")) if bearer else None
+
+
+def from_raw_headers(headers: Mapping[bytes, bytes]) -> str | None:
+    """``from_headers(..., bearer=True)`` over raw ASGI headers (names lower-cased), for the fast path."""
+    token = headers.get(_RAW_HEADER)
+    if token:
+        return token.decode("latin-1").strip()
+    return _bearer(headers.get(b"authorization", b"").decode("latin-1"))
+
+
+def _bearer(authorization: str) -> str | None:
+    return authorization[7:].strip() if authorization[:7].lower() == "bearer " else None

@@ -197,3 +197,26 @@ class ToolSets:
         else:
             self._interned.move_to_end(key)
         return found
+
+
+def from_mcp_listing(entries: list[dict[str, Any]]) -> tuple[list[ToolSpec], list[str]]:
+    """(tools, skipped) from an MCP ``tools/list`` result's entries (an MCP-native upstream's own
+    listing); ``skipped`` says why each entry whose name breaks the MCP rule is not served."""
+    found: list[ToolSpec] = []
+    skipped: list[str] = []
+    for tool in entries:
+        name = tool.get("name")
+        problem = name_problem(name)
+        if problem is not None:
+            skipped.append(problem)
+            continue
+        assert isinstance(name, str)
+        schema = tool.get("inputSchema")
+        found.append(
+            ToolSpec(
+                name=name,
+                description=str(tool.get("description") or ""),
+                input_schema=schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
+            )
+        )
+    return found, skipped

@@ -22,6 +22,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmarks.procs import wait_for_boot
+
 ROOT = Path(__file__).resolve().parent.parent
 GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
 GYM_SITE = (
@@ -30,7 +32,7 @@ GYM_SITE = (
     else None
 )
 BRIDGE = [sys.executable, "-m", "bridge"]
-BOOT = ROOT / "bridge" / "upstream_boot.py"
+BOOT = ROOT / "bridge" / "upstream" / "boot.py"
 SECRET = "test-secret-0123456789abcdef0123456789"
 HEADER = "X-NeMo-Gym-Session-Token"
 
@@ -153,20 +155,8 @@ def spawn_bridge(log_dir: Path) -> Iterator[Any]:
 
 
 def wait_for_upstream(proc: subprocess.Popen[bytes], port_file: Path, log: Path, deadline: float) -> str:
-    """The URL of an upstream started with the boot script, once its port file is written and its
-    ``/openapi.json`` answers; fails with its log if it dies or the deadline passes."""
-    while not port_file.exists():
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
-    info = json.loads(port_file.read_text())
-    url = f"http://{info['host']}:{info['port']}"
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/openapi.json", timeout=2).status_code == 200:
-                return url
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
+    """The URL of an upstream started with the boot script, once it serves (``procs.wait_for_boot``)."""
+    return wait_for_boot(proc, port_file, log, deadline - time.monotonic()).url
 
 
 @dataclass

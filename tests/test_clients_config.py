@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from bridge import client_config
-from bridge.cli import main as cli_main
+from bridge.commands import client_config
+from bridge.commands.cli import main as cli_main
 from tests.conftest import BRIDGE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from benchmarks import sweep
-from bridge import gym_envs, replay
+from bridge.commands import replay
+from bridge.upstream import envs as gym_envs
 from tests.conftest import BOOT, GYM_PYTHON, GYM_SITE, HEADER, BridgeProcess, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio
@@ -157,9 +158,10 @@ def test_unjoined_rollouts_fall_back_to_the_rows_ground_truth() -> None:
 
 def _boot_resolve(spec: str, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
     script = (
-        "import json, os, sys\n"
-        f"sys.path.insert(0, {str(BOOT.parent)!r})\n"
-        "import upstream_boot\n"
+        "import importlib.util, json, os, sys\n"
+        f"spec = importlib.util.spec_from_file_location('upstream_boot', {str(BOOT)!r})\n"
+        "upstream_boot = sys.modules['upstream_boot'] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(upstream_boot)\n"
         "r = upstream_boot.resolve(sys.argv[1], None)\n"
         "print(json.dumps({'config': r.config, 'cwd': os.getcwd(), 'name': r.name,"
         " 'pythonpath': os.environ['PYTHONPATH'], 'cls': r.cls.__name__}))\n"

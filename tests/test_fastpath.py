@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from bridge.core import Bridge
-from bridge.mcp_endpoint import McpEndpoint, Reply
+from bridge.http.mcp import McpEndpoint, Reply
+from bridge.service import Bridge
 from bridge.settings import Settings
 from tests.conftest import HEADER, SECRET, counter_row
 

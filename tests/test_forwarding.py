@@ -40,9 +40,9 @@ import httpx
 import pytest
 import uvicorn
 
-from bridge.forwarding import MARKER
-from bridge.replay import ground_truth_response
-from bridge.trajectory import function_calls
+from bridge.commands.replay import ground_truth_response
+from bridge.http.forwarding import MARKER
+from bridge.scoring.trajectory import function_calls
 from tests.conftest import (
     BOOT,
     GYM_PYTHON,

@@ -1,4 +1,4 @@
-"""Tests for bridge.naming: rendering per client convention, and resolution back to canonical names
+"""Tests for bridge.scoring.naming: rendering per client convention, and resolution back to canonical names
 on evidence only (a known server alias, or one the session's log proves).
 
 Render expectations are literal strings from each client's published rule (docs/naming.md); the
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge import naming
-from bridge.naming import (
+from bridge.scoring import naming
+from bridge.scoring.naming import (
     CONVENTIONS,
     EmittedCall,
     Resolution,

@@ -1,4 +1,4 @@
-"""``bridge.naming.resolve`` against names captured from real clients (not from our renderer).
+"""``bridge.scoring.naming.resolve`` against names captured from real clients (not from our renderer).
 
 The fixtures in ``tests/fixtures/client_names/`` hold what Codex CLI, the OpenAI Agents SDK and
 Gemini CLI showed the model for a Gym env's MCP tools (``tests/interop/capture_*_names.py``
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bridge import naming
+from bridge.scoring import naming
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "client_names"
 CLIENTS = ("codex-cli", "openai-agents", "gemini-cli", "claude-code")

@@ -160,7 +160,8 @@ async def test_clients_hanging_up_mid_call_leak_no_connections_or_fds(fault: Bri
     for _ in range(3):
         # 20 clients each start a 1.5 s call and hang up after 0.3 s
         async def hang_up(token: str) -> None:
-            async with httpx.AsyncClient(timeout=0.3) as http:
+            # hang up 0.3 s into the call; connecting may take longer on a loaded machine
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=0.3)) as http:
                 with pytest.raises(httpx.ReadTimeout):
                     await http.post(
                         f"{fault.url}/mcp",

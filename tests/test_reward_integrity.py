@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.core import OTHER_TOOLS_LABEL, merge_cookies
+from bridge.service import OTHER_TOOLS_LABEL
+from bridge.upstream.cookies import merge_cookies
 from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
 from tests.fixtures.helpers import (
     FAULT_SPEC,

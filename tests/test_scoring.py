@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge import naming
+from bridge.scoring import naming
 from tests.conftest import GYM_SITE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio

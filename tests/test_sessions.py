@@ -116,7 +116,10 @@ def test_session_cap_counts_open_sessions_only() -> None:
     first, _ = open_session(sessions), open_session(sessions)
     with pytest.raises(SessionCapReached, match=r"session cap reached \(2 open sessions\)"):
         open_session(sessions)
+    with pytest.raises(SessionCapReached, match="retry later or raise max_sessions"):
+        sessions.ensure_room()  # what the service asks before the upstream sees a seed
     sessions.close(first.sid)
+    sessions.ensure_room()
     open_session(sessions)  # a closed session frees its slot
     assert len(sessions) == 2
 

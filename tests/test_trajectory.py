@@ -1,4 +1,4 @@
-"""Tests for bridge.trajectory: harness transcripts -> Responses objects for Gym's /verify."""
+"""Tests for bridge.scoring.trajectory: harness transcripts -> Responses objects for Gym's /verify."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bridge.calllog import ToolCallRecord
-from bridge.trajectory import (
+from bridge.scoring.trajectory import (
     TrajectoryError,
     from_anthropic,
     from_openai_chat,

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from bridge.settings import Settings
-from bridge.upstream import Upstream, UpstreamRequestRefused, _KeepAlivePool
+from bridge.upstream import Upstream, UpstreamRequestRefused
+from bridge.upstream.transport import _KeepAlivePool
 
 pytestmark = pytest.mark.anyio
 

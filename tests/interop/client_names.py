@@ -1,7 +1,7 @@
 """Shared bits of the ``capture_*_names.py`` scripts: where fixtures go and how they are written.
 
 The fixtures (``tests/fixtures/client_names/<client>.json``) hold what real MCP clients showed the
-model for an MCP tool; ``tests/test_naming_clients.py`` checks ``bridge.naming.resolve`` on them.
+model for an MCP tool; ``tests/test_naming_clients.py`` checks ``bridge.scoring.naming.resolve`` on them.
 """
 
 from __future__ import annotations

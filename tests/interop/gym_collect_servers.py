@@ -10,7 +10,7 @@ usage: gym_collect_servers.py '<JSON plan>'
      "ready_file": str}
 
 The global config is built as Gym's runner builds it (``GlobalConfigDictParser().parse`` of the
-given server blocks, as ``bridge/upstream_boot.py`` does): a ``policy_model`` model server at the
+given server blocks, as ``bridge/upstream/boot.py`` does): a ``policy_model`` model server at the
 stub's address, one resources-server instance per entry at the host/port given (the bridge's, or
 the Gym server's own), and one ``simple_agent`` per agent naming its resources server and
 ``policy_model``. It is published in ``NEMO_GYM_CONFIG_DICT`` as Gym hands it to its servers.

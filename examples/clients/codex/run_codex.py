@@ -43,7 +43,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bridge.trajectory import from_codex_exec
+from bridge.scoring.trajectory import from_codex_exec
 
 HEADER = "X-NeMo-Gym-Session-Token"
 PROVIDER_ID = "gym_provider"
@@ -262,7 +262,7 @@ def run_codex_exec(
 def exec_events_to_response(
     events: list[dict[str, Any]], *, style: str = "namespace", model: str = "codex"
 ) -> dict[str, Any]:
-    """``codex exec --json`` events -> a Responses object (``bridge.trajectory.from_codex_exec``).
+    """``codex exec --json`` events -> a Responses object (``bridge.scoring.trajectory.from_codex_exec``).
 
     ``style="namespace"`` keeps MCP calls as current Codex shows them to the model (``namespace:
     "mcp__<server>"`` + ``name: "<tool>"``); ``style="flat"`` joins them into

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import httpx
 
-from bridge.trajectory import from_openai_chat
+from bridge.scoring.trajectory import from_openai_chat
 from tests.interop.client_names import FIXTURES, write_fixture
 
 Solution = list[tuple[str, dict[str, Any]]]

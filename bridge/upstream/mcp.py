@@ -6,7 +6,7 @@ methods as MCP tools on ``POST /mcp`` (stateless streamable HTTP, JSON answers) 
 ``X-NeMo-Gym-Session-Token`` that tells the tool which Gym session it acts on. The bridge:
 
 - ``discover``: sends ``tools/list`` to the upstream's ``/mcp`` at startup (no answer, a 404 or a
-  non-JSON-RPC answer: not MCP-native, no tools); names that break the MCP rule are skipped;
+  non-JSON-RPC answer: not MCP-native, no tools) and returns the listing as it came;
 - ``session_headers``: keeps the upstream's own token headers from a seed answer (the caller still
   gets the bridge's signed token and metadata in its place);
 - ``call``: forwards ``tools/call`` to the upstream's ``/mcp`` with those headers and returns the
@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from bridge.tools import ToolSpec, name_problem
 from bridge.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("gym_mcp_bridge.upstream_mcp")
@@ -72,8 +71,9 @@ async def _request(
     return response, _payload(response)
 
 
-async def discover(upstream: Upstream) -> list[ToolSpec]:
-    """The tools the upstream serves on its own ``/mcp``; [] when it has no MCP endpoint."""
+async def discover(upstream: Upstream) -> list[dict[str, Any]]:
+    """The tools the upstream lists on its own ``/mcp``, as it listed them; [] when it has no MCP
+    endpoint. (The service decides which of them it serves: ``tools.from_mcp_listing``.)"""
     try:
         response, message = await _request(upstream, "tools/list", {}, None, 10.0)
     except Exception as exc:  # an upstream without the endpoint may answer anything or nothing
@@ -81,23 +81,7 @@ async def discover(upstream: Upstream) -> list[ToolSpec]:
         return []
     if response.status_code >= 400 or message is None or not isinstance(message.get("result"), dict):
         return []
-    found = []
-    for tool in message["result"].get("tools") or []:
-        name = tool.get("name") if isinstance(tool, dict) else None
-        problem = name_problem(name)
-        if problem is not None:
-            log.warning("upstream MCP tool skipped, not served: %s", problem)
-            continue
-        assert isinstance(name, str)
-        schema = tool.get("inputSchema")
-        found.append(
-            ToolSpec(
-                name=name,
-                description=str(tool.get("description") or ""),
-                input_schema=schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
-            )
-        )
-    return found
+    return [tool for tool in message["result"].get("tools") or [] if isinstance(tool, dict)]
 
 
 def session_headers(seed_answer: Any) -> dict[str, str]:

@@ -1,32 +1,36 @@
-"""The bridge's shared state and the operations both surfaces (Gym REST and MCP) perform.
+"""The service: sessions, tokens, tools and calls, as plain values and exceptions.
 
 ``Bridge`` owns the settings, the upstream, the session registry, the token signer and the tool
-sets. A request flows one way through it: the surface parses the request, ``authorize`` turns a
-token into its session (or a ``Rejected`` with the reason, before any upstream contact),
-``seed`` / ``call_tool`` / ``forward`` talk to the upstream with the session's cookie, and the
-surface renders the outcome. Nothing here knows about HTTP routing or JSON-RPC framing.
+sets. A request flows one way through it: the HTTP layer parses the request, ``authorize`` turns a
+token into its session (or a ``Rejected`` with the reason and its kind, before any upstream
+contact), ``seed`` / ``call_tool`` / ``verify`` / ``forward`` talk to the upstream with the
+session's cookie jar, and the HTTP layer renders the outcome. Nothing here chooses the HTTP status
+of a refusal (``Rejected`` carries a kind; a ``ToolOutcome`` carries the upstream's status, or the
+gateway status a call it never answered gets), nor knows routing, cookies of its own or JSON-RPC
+framing; name resolution and verify normalization are ``bridge.scoring``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import secrets
 import time
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Any
 
 import orjson
+from opentelemetry.trace import SpanKind
 
 from bridge import tools as tools_mod
-from bridge import tracing, upstream_mcp
+from bridge import tracing
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
-from bridge.forwarding import Forwarding
 from bridge.metrics import Metrics
+from bridge.peers import Peers, default_peers
+from bridge.scoring import provenance, trajectory
+from bridge.scoring import verify as verify_mod
 from bridge.sessions import Session, SessionCapReached, SessionError, SessionLost, SessionRegistry
 from bridge.settings import Settings, advertise_url
 from bridge.tokens import HEADER, ForeignIssuer, TokenError, TokenSigner
@@ -38,30 +42,31 @@ from bridge.upstream import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from bridge.upstream import mcp as upstream_mcp
+from bridge.upstream.cookies import merge_cookies
 
 log = logging.getLogger("gym_mcp_bridge")
 
-BRIDGE_COOKIE = "gym_mcp_bridge_session"
 TYPED_SEED_KEY = "resources_session_id"
 
 
 class Rejected(Exception):
-    """Refused before reaching the upstream. ``status`` is the HTTP code on the REST surface."""
+    """Refused before reaching the upstream: a one-line ``reason`` and its ``kind`` (a metrics label,
+    and what the HTTP layer maps to a status code: ``bridge.http.responses.STATUS``)."""
 
-    def __init__(self, reason: str, status: int, kind: str, retry_after: int | None = None) -> None:
+    def __init__(self, reason: str, kind: str, retry_after: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.status = status
         self.kind = kind
         self.retry_after = retry_after
 
 
 class Foreign(Rejected):
     """A verified token issued by another replica (``owner``) inside the configured peers: the surface
-    forwards the request to it (``Bridge.forwarding``); where it cannot, this is the refusal."""
+    relays the request to it (``bridge.http.forwarding``); where it cannot, this is the refusal."""
 
     def __init__(self, reason: str, owner: str) -> None:
-        super().__init__(reason, 401, "foreign")
+        super().__init__(reason, "foreign")
         self.owner = owner
 
 
@@ -76,59 +81,24 @@ class ToolOutcome:
     value: Any = None  # the upstream's JSON answer, when it is JSON
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyOutcome:
+    """The upstream's verify answer, and when it was a JSON object, that object as the caller gets
+    it (names restored, ``_bridge`` added) with the report for ``verify_mod.REPORT_HEADER``."""
+
+    upstream: UpstreamResponse
+    payload: dict[str, Any] | None
+    report_header: str | None
+
+
 OTHER_TOOLS_LABEL = "(row tool)"  # metrics label of every tool outside the upstream's OpenAPI set
 
 
-def merge_cookies(jar: str, set_cookies: list[str], now: float | None = None) -> str:
-    """The ``Cookie`` header after the upstream's ``Set-Cookie`` lines, as a browser keeps it: each
-    line replaces only the cookie of its own name, and one that expires it (``Max-Age`` <= 0 or an
-    ``Expires`` in the past) removes it."""
-    cookies: dict[str, str] = {}
-    for pair in jar.split(";"):
-        name, _, value = pair.strip().partition("=")
-        if name:
-            cookies[name] = value
-    moment = time.time() if now is None else now
-    for line in set_cookies:
-        pair, *attributes = line.split(";")
-        name, _, value = pair.strip().partition("=")
-        if not name:
-            continue
-        cookies.pop(name, None)  # a replaced cookie moves to the end, as in a browser's header
-        if not _expired(attributes, moment):
-            cookies[name] = value
-    return "; ".join(f"{name}={value}" for name, value in cookies.items())
-
-
-def _expired(attributes: list[str], now: float) -> bool:
-    for attribute in attributes:
-        key, _, value = attribute.strip().partition("=")
-        key = key.lower()
-        if key == "max-age":
-            try:
-                return int(value.strip()) <= 0
-            except ValueError:
-                continue
-        if key == "expires":
-            try:
-                return email.utils.parsedate_to_datetime(value.strip()).timestamp() <= now
-            except (TypeError, ValueError):
-                continue
-    return False
-
-
-def strip_bridge_cookie(cookie_header: str | None) -> str:
-    if not cookie_header:
-        return ""
-    jar = SimpleCookie()
-    try:
-        jar.load(cookie_header)
-    except Exception:
-        return cookie_header
-    return "; ".join(f"{k}={m.coded_value}" for k, m in jar.items() if k != BRIDGE_COOKIE)
-
-
 class Bridge:
+    """The service every surface calls: it owns the settings, upstream, sessions, token signer and
+    tool sets; ``seed``, ``authorize``, ``call_tool``, ``verify`` and ``forward`` take plain values
+    and return plain values or raise ``Rejected`` (a reason and its kind, never an HTTP status)."""
+
     def __init__(
         self, settings: Settings, upstream: Upstream | None = None, keys: list[str] | None = None
     ) -> None:
@@ -153,7 +123,7 @@ class Bridge:
         self.audit = (
             AuditLog(settings.audit_log, settings.audit_log_arguments) if settings.audit_log else None
         )
-        self._forwarding: Forwarding | None = None
+        self._peers: Peers | None = None
 
     # -- startup --------------------------------------------------------------------------------
 
@@ -167,22 +137,16 @@ class Bridge:
             await self.upstream.start()
         await self.load_tools()
         self.signer = TokenSigner(self.keys, issuer=self.advertise_url, audience=self.upstream.server_name)
-        log.info("other replicas' sessions are forwarded to peers: %s", self.forwarding.peers)
+        log.info("other replicas' sessions are forwarded to peers: %s", self.peers)
 
     @property
-    def forwarding(self) -> Forwarding:
-        """Forwarding to the replica that owns a session (built on first use: the advertise URL
-        depends on the bound port)."""
-        if self._forwarding is None:
-            settings = self.settings
-            self._forwarding = Forwarding(
-                self.advertise_url,
-                settings.peers,
-                settings.tool_timeout_s,
-                settings.verify_timeout_s,
-                self.metrics.registry,
-            )
-        return self._forwarding
+    def peers(self) -> Peers:
+        """The replicas whose sessions are relayed to them (built on first use: the default derives
+        from the advertise URL, which depends on the bound port)."""
+        if self._peers is None:
+            patterns = self.settings.peers
+            self._peers = Peers(default_peers(self.advertise_url) if patterns is None else patterns)
+        return self._peers
 
     async def load_tools(self) -> None:
         spec = await self.upstream.get_json("/openapi.json")
@@ -190,7 +154,10 @@ class Bridge:
         for problem in skipped:
             log.warning("upstream route skipped, not served as a tool: %s", problem)
         self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
-        native = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
+        listed = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
+        native, skipped_native = tools_mod.from_mcp_listing(listed)
+        for problem in skipped_native:
+            log.warning("upstream MCP tool skipped, not served: %s", problem)
         if native:
             self.mcp_native = frozenset(t.name for t in native)
             openapi = tools_mod.ToolSet({**openapi.tools, **{t.name: t for t in native}})
@@ -223,42 +190,37 @@ class Bridge:
     def authorize(self, token: str | None, tool: str | None = None) -> Session:
         """The session a token names; Rejected (without touching the upstream) otherwise."""
         if not token:
-            raise Rejected(
-                f"missing session token: send the {HEADER} header from /seed_session", 401, "missing"
-            )
+            raise Rejected(f"missing session token: send the {HEADER} header from /seed_session", "missing")
         if self.signer is None:
-            raise Rejected("bridge not ready", 503, "not_ready")
+            raise Rejected("bridge not ready", "not_ready")
         try:
             claims = self.signer.verify(token)
         except ForeignIssuer as exc:
             raise self.foreign(exc) from exc
         except TokenError as exc:
-            raise Rejected(str(exc), 401, "token") from exc
+            raise Rejected(str(exc), "token") from exc
         try:
             session = self.sessions.get(claims.sid, self.upstream.generation)
         except SessionLost as exc:
-            raise Rejected(str(exc), 409, "lost") from exc
+            raise Rejected(str(exc), "lost") from exc
         except SessionError as exc:
-            raise Rejected(str(exc), 401, "session") from exc
+            raise Rejected(str(exc), "session") from exc
         if tool is not None and not claims.allows(tool, session.tool_names):
             allowed = ", ".join(claims.tools if claims.tools is not None else session.tool_names) or "none"
-            raise Rejected(
-                f"tool {tool!r} is not in this session's allow-list ({allowed})", 403, "allow_list"
-            )
+            raise Rejected(f"tool {tool!r} is not in this session's allow-list ({allowed})", "allow_list")
         return session
 
     def foreign(self, exc: ForeignIssuer) -> Rejected:
         """Another replica's verified token: ``Foreign`` (forward it) when its issuer is a peer, else
         the refusal naming the issuer (nobody is contacted)."""
         owner = exc.claims.issuer
-        peers = self.forwarding.peers
+        peers = self.peers
         if peers.allows(owner):
             return Foreign(str(exc), owner)
         return Rejected(
             f"session token was issued by another replica ({owner}), which is outside this "
             f"deployment's peers ({peers}): not forwarded; send this session's requests there, or "
             "add it to peers (--peers / GYM_MCP_BRIDGE_PEERS)",
-            401,
             "peer",
         )
 
@@ -280,19 +242,15 @@ class Bridge:
         A row that declares a tool named against the MCP rule is refused before anything is
         forwarded: its name would otherwise become a request line to the upstream."""
         if self.toolsets is None or self.signer is None:
-            raise Rejected(self.not_ready_reason() or "not ready", 503, "not_ready", retry_after=1)
+            raise Rejected(self.not_ready_reason() or "not ready", "not_ready", retry_after=1)
         try:
             row_tools = tools_mod.from_row(row)
         except InvalidToolName as exc:
-            raise Rejected(f"row refused: {exc}", 400, "row_tools") from exc
-        self.sessions.sweep()
-        if len(self.sessions) >= self.settings.max_sessions:
-            raise Rejected(
-                f"session cap reached ({self.settings.max_sessions} open sessions); retry later or raise max_sessions",
-                503,
-                "cap",
-                retry_after=5,
-            )
+            raise Rejected(f"row refused: {exc}", "row_tools") from exc
+        try:
+            self.sessions.ensure_room()  # before the upstream sees the seed; ``create`` checks again
+        except SessionCapReached as exc:
+            raise Rejected(str(exc), "cap", retry_after=5) from exc
         generation = self.upstream.generation
         if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
             response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
@@ -304,7 +262,7 @@ class Bridge:
         try:
             session = self.sessions.create(body, cookie, self.toolsets.for_row(row_tools), generation)
         except SessionCapReached as exc:
-            raise Rejected(str(exc), 503, "cap", retry_after=5) from exc
+            raise Rejected(str(exc), "cap", retry_after=5) from exc
         session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
         if self.mcp_native:  # keep the upstream's own MCP token: its tools act on the session it names
             with contextlib.suppress(ValueError):
@@ -343,7 +301,7 @@ class Bridge:
         HTTP), capture cookie refreshes, log the call."""
         if name not in session.toolset.tools:
             allowed = ", ".join(session.tool_names) or "none"
-            raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", 404, "unknown_tool")
+            raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", "unknown_tool")
         if name in self.mcp_native:
             return await self._call_mcp_native(session, name, arguments, transport, emitted)
         body = orjson.dumps(arguments)
@@ -451,6 +409,69 @@ class Bridge:
         self, path: str, body: bytes, cookie_header: str, timeout: float | None = None
     ) -> UpstreamResponse:
         return await self.upstream.post(path, body, _json_headers(cookie_header), timeout=timeout)
+
+    async def verify(self, session: Session | None, body: dict[str, Any], cookies: str) -> VerifyOutcome:
+        """Score ``body`` with the upstream's own ``/verify`` under canonical names (``scoring.verify``):
+        the upstream's answer as it came when it is no JSON object, else with the caller's names, the
+        ``_bridge`` report and, for a session, the signed provenance of the calls it scored."""
+        attributes = {"gym.session": tracing.session_hash(session.sid)} if session is not None else {}
+        with tracing.span("verify", SpanKind.INTERNAL, **attributes):
+            started = time.perf_counter()
+            if (
+                self.toolsets is not None
+                and not self.toolsets.catch_all
+                and "verify" not in self.upstream_routes
+            ):
+                raise Rejected(
+                    "this upstream has no /verify: it scores inside its own tools "
+                    "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
+                    "no_verify",
+                )
+            view = None
+            if session is not None:
+                view = verify_mod.SessionView(
+                    session.row,
+                    session.calls,
+                    session.calls_served,
+                    session.tool_names,
+                    session.incomplete_reason(),
+                )
+            aliases = {self.upstream.server_name, *self.settings.server_aliases}
+            upstream_tools = self.toolsets.openapi.names if self.toolsets is not None else ()
+            try:
+                prepared = verify_mod.prepare(body, view, aliases, upstream_tools)
+            except verify_mod.VerifyRefused as exc:
+                raise Rejected(str(exc), exc.kind) from exc
+            for convention in prepared.names.conventions:
+                self.metrics.normalizations.labels(convention).inc()
+            answer = await self.forward(
+                "/verify",
+                orjson.dumps(prepared.scoring),
+                session.cookie if session is not None else cookies,
+                timeout=self.settings.verify_timeout_s,
+            )
+            self.metrics.verify_latency.observe(time.perf_counter() - started)
+            try:
+                payload = answer.json() if answer.is_success else None
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                self.metrics.verify_outcomes.labels(
+                    "upstream_error" if not answer.is_success else "passthrough"
+                ).inc()
+                return VerifyOutcome(answer, None, None)
+            signed = None
+            if session is not None:
+                scored = [
+                    provenance.ScoredCall(
+                        str(item.get("call_id")), str(item.get("name")), item.get("arguments")
+                    )
+                    for item in trajectory.function_calls(prepared.response)
+                ]
+                signed = provenance.attest(session.sid, scored, session.calls, self.keys[0])
+            payload, header = verify_mod.finish(prepared, payload, signed)
+            self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
+            return VerifyOutcome(answer, payload, header)
 
     async def sweep_forever(self, interval_s: float = 5.0) -> None:
         while True:

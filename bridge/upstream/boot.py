@@ -2,9 +2,9 @@
 
 This file is run as a script by the Gym environment's Python (>= 3.12), never imported by the
 bridge: it may import only the standard library and what nemo-gym brings. The bridge's
-``upstream`` module spawns it as
+``upstream.process`` module spawns it as
 
-    GYM_PYTHON upstream_boot.py --server SPEC --host HOST --port 0 --port-file FILE
+    GYM_PYTHON boot.py --server SPEC --host HOST --port 0 --port-file FILE
 
 SPEC is a bundled environment name (``example_session_state_mgmt``), ``module:Class``, or a Gym
 config YAML with an optional instance name (``path/to/config.yaml`` or ``path.yaml:instance``).
@@ -19,7 +19,7 @@ the socket is bound here on HOST:PORT (0 picks a free port), and the port file r
 object (port, host, server_name, class, gym_version, pid, example_rows) before uvicorn serves on
 that socket. Errors are printed as one line prefixed ``upstream_boot:`` and exit 2. The bridge
 runs this under the server's own environment when its ``requirements.txt`` asks for one
-(``bridge.gym_envs``).
+(``bridge.upstream.envs``).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bridge.core import Bridge
-from bridge.serving import INSTANCE, liveness
+from bridge.http.serving import INSTANCE, liveness
+from bridge.service import Bridge
 
 ADVERTISE_CHECK_TTL_S = 60.0
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.calllog import ToolCallRecord
-from bridge.naming import canonical_arguments
+from bridge.scoring.naming import canonical_arguments
 
 FORMAT = "gym-mcp-bridge/provenance/v1"
 

@@ -1,37 +1,30 @@
-"""The ASGI application: routes of both surfaces, health and metrics, error rendering, lifespan.
+"""The guard in front of every route: request limits and the DNS-rebinding Host/Origin check.
 
-``create_app(bridge)`` expects a started ``Bridge`` (``serving.ServingApp`` starts it behind the
-probes, then builds this app and runs its ``lifespan``). The lifespan runs the MCP session
-manager, the session sweeper and, in managed mode, the upstream supervisor; on shutdown (after
-uvicorn has drained in-flight requests) it stops the upstream.
+``rebinding_protection`` builds the allow-lists from the settings; ``Guard`` (pure ASGI, knows
+nothing of the routes behind it but ``/mcp``, the probes and ``/metrics``) refuses what breaks a limit or the
+allow-lists, reads each ``POST /mcp`` body once and hands it to the MCP endpoint, and opens the
+request's trace span.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 from mcp.server.transport_security import TransportSecuritySettings
 from opentelemetry.trace import SpanKind
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import tracing
-from bridge.core import Bridge
-from bridge.health import Health
-from bridge.mcp_endpoint import McpEndpoint, host_allowed
-from bridge.responses import error, json_too_deep_async
-from bridge.rest import RestSurface
+from bridge.http.mcp import McpEndpoint
+from bridge.http.requests import arguments_too_large, body_too_large, json_too_deep_async, read_body
+from bridge.http.responses import error
+from bridge.service import Bridge
 from bridge.settings import Settings
 
 log = logging.getLogger("gym_mcp_bridge")
@@ -67,18 +60,37 @@ def rebinding_protection(
     )
 
 
+def host_allowed(value: str, allowed: list[str]) -> bool:
+    """A Host or Origin against an allow-list whose ``name:*`` entries admit any port."""
+    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
+
+
+def rebinding_refusal(
+    headers: dict[bytes, bytes], security: TransportSecuritySettings
+) -> tuple[int, str, str] | None:
+    """(status, reason, kind) when the Host (421) or Origin (403) is outside the allow-lists."""
+    host = headers.get(b"host", b"").decode("latin-1")
+    if not host_allowed(host, security.allowed_hosts or []):
+        return 421, f"Host {host!r} not allowed (allowed_hosts)", "host"
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if origin and not host_allowed(origin, security.allowed_origins or []):
+        return 403, f"Origin {origin!r} not allowed (allowed_origins)", "origin"
+    return None
+
+
 class Guard:
     """Request limits and Host/Origin checks, before any route runs (pure ASGI).
 
-    Every request: total header size (431). REST routes: Host/Origin against the rebinding
-    allow-lists (``/mcp`` gets the same check from the MCP SDK; probes are exempt). ``POST /mcp``:
-    body size (413), JSON depth (400) and tool-call argument size (413), each answered as a
+    Every request: total header size (431), then Host/Origin against the rebinding allow-lists
+    (421/403; probes are exempt). ``POST /mcp``: its body is read here, once (``read_body``), and
+    its size (413), JSON depth (400) and tool-call argument size (413) checked, each refusal a
     JSON-RPC error; the REST surface checks the same limits as it reads its body. A ``POST /mcp``
-    that passes goes straight to the MCP endpoint (``mcp``), not through Starlette's routing and
-    middleware, which the one request a rollout sends thousands of times has no use for."""
+    that passes goes with its body straight to ``McpEndpoint.post``, not through Starlette's
+    routing and middleware, which the one request a rollout sends thousands of times has no use
+    for."""
 
     def __init__(
-        self, app: ASGIApp, mcp: ASGIApp, bridge: Bridge, security: TransportSecuritySettings
+        self, app: ASGIApp, mcp: McpEndpoint, bridge: Bridge, security: TransportSecuritySettings
     ) -> None:
         self.app = app
         self.mcp = mcp
@@ -101,25 +113,10 @@ class Guard:
             reason = f"request headers too large ({size} bytes, limit {settings.max_header_bytes}; max_header_bytes)"
             await self._refuse(scope, receive, send, 431, reason, "header_size", mcp)
             return
-        if self.security.enable_dns_rebinding_protection and not mcp and path not in PROBE_PATHS:
-            found = dict(headers)
-            host = found.get(b"host", b"").decode("latin-1")
-            origin = found.get(b"origin", b"").decode("latin-1")
-            if not host_allowed(host, self.security.allowed_hosts):
-                await self._refuse(
-                    scope, receive, send, 421, f"Host {host!r} not allowed (allowed_hosts)", "host", False
-                )
-                return
-            if origin and not host_allowed(origin, self.security.allowed_origins):
-                await self._refuse(
-                    scope,
-                    receive,
-                    send,
-                    403,
-                    f"Origin {origin!r} not allowed (allowed_origins)",
-                    "origin",
-                    False,
-                )
+        if self.security.enable_dns_rebinding_protection and path not in PROBE_PATHS:
+            refused = rebinding_refusal(dict(headers), self.security)
+            if refused is not None:
+                await self._refuse(scope, receive, send, *refused, mcp)
                 return
         if mcp and scope["method"] == "POST":
             await self._mcp_post(scope, receive, send)
@@ -133,51 +130,36 @@ class Guard:
 
     async def _mcp_post(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.settings
-        chunks: list[bytes] = []
-        size = 0
-        pending: deque[Message] = deque()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                pending.append(message)
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > settings.max_body_bytes:
-                reason = f"request body too large (over {settings.max_body_bytes} bytes; max_body_bytes)"
-                await self._refuse(scope, receive, send, 413, reason, "body_size", True)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if await json_too_deep_async(body, settings.max_json_depth):
+        body = await read_body(
+            receive, dict(scope["headers"]).get(b"content-length"), settings.max_body_bytes
+        )
+        if body.too_large:
+            await self._refuse(
+                scope, receive, send, 413, body_too_large(settings.max_body_bytes), "body_size", True
+            )
+            return
+        if body.data is None:
+            return  # the client went away before its body arrived
+        data = body.data
+        if await json_too_deep_async(data, settings.max_json_depth):
             reason = f"JSON body nested too deeply (limit {settings.max_json_depth} levels; max_json_depth)"
             await self._refuse(scope, receive, send, 400, reason, "json_depth", True)
             return
-        if size > settings.max_argument_bytes:
-            arguments = _call_arguments(body)
-            if arguments is not None and len(arguments) > settings.max_argument_bytes:
-                reason = (
-                    f"tool arguments too large ({len(arguments)} bytes, limit "
-                    f"{settings.max_argument_bytes}; max_argument_bytes)"
-                )
-                await self._refuse(scope, receive, send, 413, reason, "argument_size", True)
+        if len(data) > settings.max_argument_bytes:
+            arguments = _call_arguments(data)
+            too_large = arguments_too_large(len(arguments or b""), settings.max_argument_bytes)
+            if too_large is not None:
+                await self._refuse(scope, receive, send, 413, too_large, "argument_size", True)
                 return
-        pending.appendleft({"type": "http.request", "body": body, "more_body": False})
-
-        async def replay() -> Message:
-            return pending.popleft() if pending else await receive()
-
         try:
             if tracing.ENABLED:
-                method, tool, meta = _rpc_summary(body)
+                method, tool, meta = _rpc_summary(data)
                 parent = tracing.parent_from(_text_headers(scope["headers"]), meta)
                 attributes = {"mcp.method.name": method, "gym.tool": tool}
                 with tracing.span(f"mcp {method}", SpanKind.SERVER, parent, **attributes):
-                    await self.mcp(scope, replay, send)
+                    await self.mcp.post(scope, data, body.replay, send)
             else:
-                await self.mcp(scope, replay, send)
+                await self.mcp.post(scope, data, body.replay, send)
         except Exception as exc:  # what Starlette's error middleware would do for any other route
             log.exception("unhandled error on POST /mcp")
             reason = f"internal error ({type(exc).__name__}); see the bridge log"
@@ -242,53 +224,3 @@ def _call_arguments(body: bytes) -> bytes | None:
             if largest is None or len(encoded) > len(largest):
                 largest = encoded
     return largest
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        return error(404, f"no route {request.method} {request.url.path}")
-    if exc.status_code == 405:
-        return error(405, f"method {request.method} not allowed on {request.url.path}")
-    return error(exc.status_code, str(exc.detail))
-
-
-async def _server_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error(500, f"internal error ({type(exc).__name__}); see the bridge log")
-
-
-def create_app(bridge: Bridge) -> Guard:
-    security = rebinding_protection(bridge.settings, str(bridge.bound[0]), bridge.advertise_url)
-    mcp = McpEndpoint(bridge, security=security)
-    mcp.server.name = bridge.upstream.server_name
-    health = Health(bridge)
-
-    async def metrics(request: Request) -> Response:
-        return Response(bridge.metrics.render(), media_type="text/plain; version=0.0.4")
-
-    @contextlib.asynccontextmanager
-    async def lifespan() -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(bridge.sweep_forever())]
-        if bridge.upstream.mode == "managed":
-            tasks.append(asyncio.create_task(bridge.upstream.supervise()))
-        try:
-            async with mcp.manager.run():
-                yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            await bridge.forwarding.aclose()
-            await bridge.upstream.stop()
-
-    routes = [
-        Route("/healthz", health.healthz, methods=["GET"]),
-        Route("/readyz", health.readyz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/mcp", mcp.app),
-        *RestSurface(bridge).routes(),
-    ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
-    guard = Guard(app, mcp.app, bridge, security)
-    guard.lifespan = lifespan
-    return guard

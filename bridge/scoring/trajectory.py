@@ -1,14 +1,15 @@
 """Trajectory conversion: what a harness produced -> a Responses-API ``response`` for ``/verify``.
 
-Owns: turning a harness transcript (OpenAI Chat Completions messages, Anthropic Messages, or the
-bridge's own log of the tool calls it served) into the OpenAI Responses object that NeMo Gym's
+Owns: turning a harness transcript (OpenAI Chat Completions messages, Anthropic Messages, Codex's
+``exec --json`` events, or the bridge's own log of the tool calls it served) into the OpenAI Responses object that NeMo Gym's
 ``/verify`` takes as ``response`` (Gym's ``NeMoGymResponse``), and finding the ``function_call``
 items in such an object. It does not own scoring, tool-name normalization (the verify layer
 renames ``function_call`` names to canonical ones later) or HTTP; it never imports ``nemo_gym``.
 
 Data flow: ``POST /verify`` with ``trajectory: {"format", "messages", "final_text", "usage",
 "model"}`` -> ``from_trajectory`` validates the shape and dispatches on ``format`` ->
-``from_openai_chat`` / ``from_anthropic`` / ``from_recorded`` build the ``output`` items ->
+``from_openai_chat`` / ``from_anthropic`` / ``from_codex_exec`` / ``from_recorded`` build the
+``output`` items ->
 ``_response`` wraps them in the top-level Responses fields. Any malformed input raises
 ``TrajectoryError`` with a one-line reason naming the offending message index; the route answers
 it as a 400.

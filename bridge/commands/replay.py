@@ -32,9 +32,8 @@ from typing import Any
 
 import httpx
 
-from bridge import naming, trajectory
+from bridge.scoring import naming, trajectory
 
-HEADER = "X-NeMo-Gym-Session-Token"
 ROLLOUT_ONLY = frozenset({"response", "reward"})
 
 

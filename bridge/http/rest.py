@@ -14,6 +14,7 @@ that replica and answered with its response (``forwarding``).
 from __future__ import annotations
 
 import hmac
+from http.cookies import SimpleCookie
 from typing import Any
 
 import orjson
@@ -22,12 +23,27 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bridge import tools as tools_mod
-from bridge import verify as verify_mod
-from bridge.core import BRIDGE_COOKIE, TYPED_SEED_KEY, Bridge, Foreign, Rejected, strip_bridge_cookie
-from bridge.responses import add_cookies, error, read_object, upstream_response
+from bridge.http.forwarding import Forwarding
+from bridge.http.requests import arguments_too_large, read_object
+from bridge.http.responses import add_cookies, error, json_response, refusal, upstream_response
+from bridge.scoring import verify as verify_mod
+from bridge.service import TYPED_SEED_KEY, Bridge, Foreign, Rejected
 from bridge.sessions import Session
 from bridge.tokens import from_headers
 from bridge.upstream import UpstreamRequestRefused, UpstreamTimeout, UpstreamUnavailable
+
+BRIDGE_COOKIE = "gym_mcp_bridge_session"  # the session token, for Gym clients that send only cookies
+
+
+def strip_bridge_cookie(cookie_header: str | None) -> str:
+    if not cookie_header:
+        return ""
+    jar = SimpleCookie()
+    try:
+        jar.load(cookie_header)
+    except Exception:
+        return cookie_header
+    return "; ".join(f"{k}={m.coded_value}" for k, m in jar.items() if k != BRIDGE_COOKIE)
 
 
 def session_of(bridge: Bridge, request: Request, tool: str | None = None) -> Session | None:
@@ -39,8 +55,12 @@ def session_of(bridge: Bridge, request: Request, tool: str | None = None) -> Ses
 
 
 class RestSurface:
-    def __init__(self, bridge: Bridge) -> None:
+    """Gym's own HTTP contract, bridged: ``/seed_session`` creates the session, ``/<tool>`` and
+    ``/verify`` act on it (``Bridge``), everything else is the upstream's answer relayed."""
+
+    def __init__(self, bridge: Bridge, forwarding: Forwarding | None = None) -> None:
         self.bridge = bridge
+        self.forwarding = forwarding or Forwarding.of(bridge)
 
     def routes(self) -> list[Route]:
         return [
@@ -58,12 +78,10 @@ class RestSurface:
             given = request.headers.get("authorization", "")
             expected = f"Bearer {key.get_secret_value()}"
             if not hmac.compare_digest(given.encode(), expected.encode()):
-                raise Rejected(
-                    "missing or wrong API key: send 'Authorization: Bearer <api_key>'", 401, "api_key"
-                )
+                raise Rejected("missing or wrong API key: send 'Authorization: Bearer <api_key>'", "api_key")
         reason = self.bridge.not_ready_reason()
         if reason is not None:
-            raise Rejected(f"bridge not ready: {reason.splitlines()[0]}", 503, "not_ready", retry_after=2)
+            raise Rejected(f"bridge not ready: {reason.splitlines()[0]}", "not_ready", retry_after=2)
         settings = self.bridge.settings
         return await read_object(request, settings.max_body_bytes, settings.max_json_depth)
 
@@ -74,10 +92,10 @@ class RestSurface:
             response: Response = await handler(request, body, value)
             return response
         except Foreign as exc:  # another replica's session (verified token): the owner answers
-            return self.bridge.forwarding.response(body, exc.owner)
+            return self.forwarding.response(body, exc.owner)
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
-            return error(exc.status, exc.reason, exc.retry_after)
+            return refusal(exc)
         except UpstreamRequestRefused as exc:
             return error(400, str(exc))
         except UpstreamTimeout as exc:
@@ -130,14 +148,10 @@ class RestSurface:
         name = request.path_params["tool"]  # percent-decoded by the server
         problem = tools_mod.name_problem(name)
         if problem is not None:  # never let it near the upstream's request line
-            raise Rejected(f"no such tool route: {problem}", 404, "tool_name")
-        limit = self.bridge.settings.max_argument_bytes
-        if len(body) > limit:
-            raise Rejected(
-                f"tool arguments too large ({len(body)} bytes, limit {limit}; max_argument_bytes)",
-                413,
-                "argument_size",
-            )
+            raise Rejected(f"no such tool route: {problem}", "tool_name")
+        too_large = arguments_too_large(len(body), self.bridge.settings.max_argument_bytes)
+        if too_large is not None:
+            raise Rejected(too_large, "argument_size")
         toolsets = self.bridge.toolsets
         assert toolsets is not None
         session = session_of(self.bridge, request, name)
@@ -146,7 +160,7 @@ class RestSurface:
             out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
             return self._with_session_cookie(add_cookies(out, outcome.set_cookies), session)
         if name not in toolsets.openapi.tools and not toolsets.catch_all:
-            raise Rejected(f"unknown route /{name}: the upstream has no such tool", 404, "unknown_route")
+            raise Rejected(f"unknown route /{name}: the upstream has no such tool", "unknown_route")
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
         return upstream_response(await self.bridge.forward(f"/{name}", body, cookies))
 
@@ -156,7 +170,12 @@ class RestSurface:
     async def _verify(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
         session = session_of(self.bridge, request)
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        out = await verify_mod.verify(self.bridge, session, value, cookies)
+        outcome = await self.bridge.verify(session, value, cookies)
+        if outcome.payload is None:
+            out = upstream_response(outcome.upstream)
+        else:
+            headers = {verify_mod.REPORT_HEADER: outcome.report_header or ""}
+            out = json_response(outcome.payload, outcome.upstream.status_code, headers)
         return self._with_session_cookie(out, session) if session is not None else out
 
     async def close_session(self, request: Request) -> Response:
@@ -171,7 +190,6 @@ class RestSurface:
             raise Rejected(
                 "no session named: send the session token header, the bridge cookie, or a typed "
                 f"body's {TYPED_SEED_KEY}",
-                400,
                 "session",
             )
         cookies = (
@@ -201,7 +219,6 @@ class RestSurface:
             raise Rejected(
                 "this bridge knows no example rows of its environment (external mode, or the "
                 "environment ships no data/example.jsonl): seed with a row of your own",
-                404,
                 "example_row",
             )
         try:
@@ -209,11 +226,9 @@ class RestSurface:
                 first = next((line for line in rows if line.strip()), None)
             row = orjson.loads(first) if first is not None else None
         except (OSError, orjson.JSONDecodeError) as exc:
-            raise Rejected(
-                f"cannot read {boot.example_rows}: {exc}".splitlines()[0], 404, "example_row"
-            ) from exc
+            raise Rejected(f"cannot read {boot.example_rows}: {exc}".splitlines()[0], "example_row") from exc
         if not isinstance(row, dict):
-            raise Rejected(f"{boot.example_rows} has no JSON object row", 404, "example_row")
+            raise Rejected(f"{boot.example_rows} has no JSON object row", "example_row")
         return JSONResponse(row)
 
     async def aggregate_metrics(self, request: Request) -> Response:

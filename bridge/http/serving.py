@@ -104,9 +104,9 @@ class ServingApp:
         booting = asyncio.ensure_future(self.upstream.start())
         try:
             # The MCP SDK takes about a second to import: do it while the upstream boots.
-            await asyncio.to_thread(importlib.import_module, "bridge.app")
-            from bridge.app import create_app
-            from bridge.core import Bridge
+            await asyncio.to_thread(importlib.import_module, "bridge.http.app")
+            from bridge.http.app import create_app
+            from bridge.service import Bridge
 
             bridge = Bridge(self.settings, self.upstream, self.keys)
             bridge.bound = self.bound

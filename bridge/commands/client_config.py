@@ -37,7 +37,6 @@ from typing import Any
 
 import httpx
 
-HEADER = "X-NeMo-Gym-Session-Token"
 DEFAULT_BRIDGE_URL = "http://127.0.0.1:8000"
 EMPTY_ROW: dict[str, Any] = {"responses_create_params": {"input": []}}
 

@@ -1,4 +1,6 @@
-"""``POST /verify``: score a rollout with the upstream's own ``/verify``, under canonical tool names.
+"""Verify as computation: a rollout made ready for the upstream's own ``/verify`` under canonical
+tool names (``prepare``), and its answer given back under the caller's names (``finish``). The
+service (``Bridge.verify``) sends it to the upstream and signs the provenance; the HTTP layer renders.
 
 Data flow: the body (Gym row fields + ``response``, or ``trajectory``) and the session it names
 (or none) → the Responses object (given, or converted by ``trajectory``) → the seeded row fills
@@ -17,19 +19,12 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-from opentelemetry.trace import SpanKind
-from starlette.responses import Response
-
-from bridge import naming, provenance, tracing, trajectory
-from bridge.core import Bridge, Rejected
-from bridge.responses import json_response, upstream_response
-from bridge.sessions import Session
+from bridge.calllog import ToolCallRecord
+from bridge.scoring import naming, trajectory
 
 BRIDGE_KEY = "_bridge"
 TYPED_VERIFY_KEY = "verification_input"
@@ -38,33 +33,40 @@ REPORT_HEADER_LIMIT = 4096  # bytes of the report header; past it, counts only
 
 
 def _declared_aliases(body: dict[str, Any]) -> list[str]:
-    """``_bridge.server_aliases`` of a verify body, removed from it; Rejected when malformed."""
+    """``_bridge.server_aliases`` of a verify body, removed from it; VerifyRefused when malformed."""
     extra = body.pop(BRIDGE_KEY, None)
     if extra is None:
         return []
     aliases = extra.get("server_aliases", []) if isinstance(extra, dict) else None
     if not isinstance(aliases, list) or not all(isinstance(a, str) and 0 < len(a) <= 128 for a in aliases):
-        raise Rejected(
-            f"{BRIDGE_KEY} must be an object whose server_aliases is a list of names (1-128 characters)",
-            400,
-            "verify_body",
+        raise VerifyRefused(
+            f"{BRIDGE_KEY} must be an object whose server_aliases is a list of names (1-128 characters)"
         )
     return aliases
 
 
-def _known_names(bridge: Bridge, session: Session | None, body: Mapping[str, Any]) -> Collection[str]:
-    if session is not None:
-        return session.tool_names
-    names = [str(t.get("name")) for t in _row_tools(body) if t.get("name")]
-    if names:
-        return names
-    return bridge.toolsets.openapi.names if bridge.toolsets is not None else ()
+def _known_names(
+    session_tools: tuple[str, ...] | None, body: Mapping[str, Any], upstream_tools: Collection[str]
+) -> Collection[str]:
+    if session_tools is not None:
+        return session_tools
+    return _body_tool_names(body) or upstream_tools
 
 
-def _row_tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _body_tool_names(body: Mapping[str, Any]) -> list[str]:
+    """The function tools a body declares, in either shape a row may use (as ``tools.from_row``
+    reads them): Responses ``{"type": "function", "name"}`` or chat ``{"function": {"name"}}``."""
     params = body.get("responses_create_params")
     tools = params.get("tools") if isinstance(params, dict) else None
-    return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+    names = []
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            continue
+        wrapped = tool.get("function")
+        name = (wrapped if isinstance(wrapped, dict) else tool).get("name")
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
 
 
 def _response_slot(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -180,44 +182,64 @@ def _restore_names(payload: Any, report: NameReport) -> None:
                 item["namespace"] = report.namespaces[call_id]
 
 
-async def verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
-    attributes = {"gym.session": tracing.session_hash(session.sid)} if session is not None else {}
-    with tracing.span("verify", SpanKind.INTERNAL, **attributes):
-        return await _verify(bridge, session, body, cookies)
+class VerifyRefused(ValueError):
+    """A verify body that cannot be scored; ``kind`` says why (``verify_body``, ``log_incomplete``)."""
+
+    def __init__(self, reason: str, kind: str = "verify_body") -> None:
+        super().__init__(reason)
+        self.kind = kind
 
 
-async def _verify(bridge: Bridge, session: Session | None, body: dict[str, Any], cookies: str) -> Response:
-    started = time.perf_counter()
-    if (
-        bridge.toolsets is not None
-        and not bridge.toolsets.catch_all
-        and "verify" not in bridge.upstream_routes
-    ):
-        raise Rejected(
-            "this upstream has no /verify: it scores inside its own tools "
-            "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
-            404,
-            "no_verify",
-        )
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """What verify reads of a session: its row, the calls it served, and whether its log is whole."""
+
+    row: dict[str, Any]
+    calls: list[ToolCallRecord]
+    calls_served: int  # logged or not
+    tool_names: tuple[str, ...]
+    incomplete_reason: str | None
+
+
+@dataclass
+class Prepared:
+    """A verify body made ready for the upstream: ``scoring`` (canonical names) and what to report."""
+
+    scoring: dict[str, Any]
+    response: dict[str, Any]
+    names: NameReport
+    typed: bool
+    never_ran: bool
+    recorded_calls: int
+
+
+def prepare(
+    body: dict[str, Any],
+    session: SessionView | None,
+    aliases: Collection[str],
+    upstream_tools: Collection[str],
+) -> Prepared:
+    """The body to forward to the upstream's ``/verify``, names resolved on evidence only.
+
+    ``aliases``: the server's known names (``_bridge.server_aliases`` of the body is added, then
+    stripped); ``upstream_tools``: the names to resolve against when there is no session and the
+    body names no tools. Raises ``VerifyRefused``."""
     body = dict(body)
     raw_trajectory = body.pop("trajectory", None)
     if raw_trajectory is not None:
         if "response" in body:
-            raise Rejected("give either response or trajectory, not both", 400, "verify_body")
+            raise VerifyRefused("give either response or trajectory, not both")
         if isinstance(raw_trajectory, dict) and raw_trajectory.get("format") == "recorded":
             if session is None:
-                raise Rejected(
-                    "trajectory format 'recorded' needs a session: send the session token header",
-                    400,
-                    "verify_body",
+                raise VerifyRefused(
+                    "trajectory format 'recorded' needs a session: send the session token header"
                 )
-            gap = session.incomplete_reason()
-            if gap is not None:  # never a reward from part of a rollout
-                raise Rejected(gap, 409, "log_incomplete")
+            if session.incomplete_reason is not None:  # never a reward from part of a rollout
+                raise VerifyRefused(session.incomplete_reason, "log_incomplete")
         try:
             body["response"] = trajectory.from_trajectory(raw_trajectory, session.calls if session else [])
         except trajectory.TrajectoryError as exc:
-            raise Rejected(f"invalid trajectory: {exc}", 400, "verify_body") from exc
+            raise VerifyRefused(f"invalid trajectory: {exc}") from exc
     declared = _declared_aliases(body)
     typed = TYPED_VERIFY_KEY in body
     if session is not None and not typed and not (set(body) - {"response"}):
@@ -225,57 +247,39 @@ async def _verify(bridge: Bridge, session: Session | None, body: dict[str, Any],
     scoring = copy.deepcopy(body)
     slot = _response_slot(scoring)
     if slot is None and not typed:
-        raise Rejected("verify needs a 'response' (Responses object) or a 'trajectory'", 400, "verify_body")
+        raise VerifyRefused("verify needs a 'response' (Responses object) or a 'trajectory'")
     response = slot["response"] if slot is not None else {}
-    aliases = {bridge.upstream.server_name, *bridge.settings.server_aliases, *declared}
     served = (
         [(c.canonical_name, naming.canonical_arguments(c.arguments)) for c in session.calls]
         if session is not None
         else []
     )
-    names = normalize(response, _known_names(bridge, session, scoring), aliases, served)
+    known = _known_names(session.tool_names if session else None, scoring, upstream_tools)
+    names = normalize(response, known, {*aliases, *declared}, served)
     recorded = session.calls_served if session is not None else 0
-    never_ran = agent_never_ran(response, recorded)
-    for convention in names.conventions:
-        bridge.metrics.normalizations.labels(convention).inc()
-    upstream = await bridge.forward(
-        "/verify",
-        orjson.dumps(scoring),
-        session.cookie if session is not None else cookies,
-        timeout=bridge.settings.verify_timeout_s,
-    )
-    bridge.metrics.verify_latency.observe(time.perf_counter() - started)
+    return Prepared(scoring, response, names, typed, agent_never_ran(response, recorded), recorded)
+
+
+def finish(prepared: Prepared, payload: dict[str, Any], signed_calls: Any) -> tuple[dict[str, Any], str]:
+    """The upstream's verify answer with the caller's names restored and the ``_bridge`` report
+    (``provenance`` = ``signed_calls`` when there was a session), and the report header."""
+    names = prepared.names
     report: dict[str, Any] = {
         "normalized": names.normalized,
         "unresolved": names.unresolved,
         "proven_aliases": names.proven_aliases,
-        "recorded_tool_calls": recorded,
-        "agent_never_ran": never_ran,
+        "recorded_tool_calls": prepared.recorded_calls,
+        "agent_never_ran": prepared.never_ran,
     }
-    if session is not None:
-        scored = [
-            provenance.ScoredCall(str(item.get("call_id")), str(item.get("name")), item.get("arguments"))
-            for item in trajectory.function_calls(response)
-        ]
-        report["provenance"] = provenance.attest(session.sid, scored, session.calls, bridge.keys[0])
-    try:
-        payload = upstream.json() if upstream.is_success else None
-    except ValueError:
-        payload = None
-    if not isinstance(payload, dict):
-        bridge.metrics.verify_outcomes.labels(
-            "upstream_error" if not upstream.is_success else "passthrough"
-        ).inc()
-        return upstream_response(upstream)
+    header = report_header(report)
+    if signed_calls is not None:
+        report["provenance"] = signed_calls
     _restore_names(payload, names)
-    bridge.metrics.verify_outcomes.labels("never_ran" if never_ran else "scored").inc()
-    headers = {REPORT_HEADER: report_header({k: v for k, v in report.items() if k != "provenance"})}
-    if typed:  # Gym's typed verify responses forbid extra keys: the report travels in a header
-        return json_response(payload, upstream.status_code, headers)
-    if never_ran:
-        payload["mask_sample"] = True
-    payload[BRIDGE_KEY] = report
-    return json_response(payload, upstream.status_code, headers)
+    if not prepared.typed:  # Gym's typed verify responses forbid extra keys: the header carries it
+        if prepared.never_ran:
+            payload["mask_sample"] = True
+        payload[BRIDGE_KEY] = report
+    return payload, header
 
 
 def report_header(report: Mapping[str, Any]) -> str:

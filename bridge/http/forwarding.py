@@ -1,16 +1,15 @@
 """Any replica serves any session: a request for another replica's session is relayed to its owner.
 
-Owns two things: the peer check (which replicas this one may contact: the ``peers`` setting, by
-default derived from the advertise URL, see ``default_peers``) and the forwarding client (one
-pooled ``httpx`` transport, opened on the first forward, closed with the app; a transport, not a
-client, so no cookie jar ever carries one session's cookies into another's request).
+Owns the forwarding client (one pooled ``httpx`` transport, opened on the first forward, closed
+with the app; a transport, not a client, so no cookie jar ever carries one session's cookies into
+another's request). Which replicas may be contacted is ``bridge.peers`` (the service's decision).
 
 Data flow. A surface verifies the request's session token as it always does
 (``Bridge.authorize``). Only when the token verifies under the shared key but its signed ``iss`` is
 not this replica's advertise URL does ``TokenSigner.verify`` raise ``ForeignIssuer``; the owner-local
-hot path never reaches this module. ``Bridge.authorize`` then asks ``Peers.allows``: an issuer
+hot path never reaches this module. ``Bridge.authorize`` then asks ``Peers.allows`` (``bridge.peers``): an issuer
 outside the peers is refused there, naming it, without contacting anyone; one inside becomes
-``core.Foreign(owner)``. The surface that catches it (REST routes, the MCP fast path, the MCP SDK
+``service.Foreign(owner)``. The surface that catches it (REST routes, the MCP fast path, the MCP SDK
 path's pre-check) hands the raw request -- method, path, headers, and the body it already read
 under its limits -- to ``Forwarding.relay``, which sends it to ``owner`` with the marker header
 ``MARKER`` and streams the owner's answer back unchanged: status, headers (every ``Set-Cookie``
@@ -26,18 +25,16 @@ own 504 comes first) a 504 naming it. On ``/mcp`` these refusals are JSON-RPC er
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
 
 import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from bridge.service import Bridge
 
 log = logging.getLogger("gym_mcp_bridge.forwarding")
 
@@ -65,116 +62,6 @@ _NOT_RELAYED = frozenset(
 )
 _MARGIN_S = 10.0  # beyond the owner's own budget: its 504 answers first
 _CONNECT_S = 5.0
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-@dataclass(frozen=True, slots=True)
-class PeerPattern:
-    """``[scheme://]host[:port]``: ``host`` exact, ``*.suffix`` (any name under ``suffix``) or ``*``;
-    no port or ``:*`` = any port; no scheme = http or https."""
-
-    text: str
-    scheme: str | None
-    host: str  # lower case, IPv6 without brackets; "*" any; ".suffix" a suffix
-    port: int | None
-
-    @classmethod
-    def parse(cls, text: str) -> PeerPattern:
-        raw = text.strip().rstrip("/")
-        scheme, sep, rest = raw.partition("://")
-        if not sep:
-            scheme, rest = "", raw
-        elif scheme not in _DEFAULT_PORTS:
-            raise ValueError(f"peer pattern {text!r}: scheme must be http or https")
-        any_port = rest.endswith(":*")
-        if any_port:
-            rest = rest[:-2]
-        wildcard = rest.startswith("*")
-        probe = "x" + rest[1:] if wildcard else rest  # urlsplit does not take '*' as a host
-        try:
-            parts = urlsplit(f"//{probe}")
-            port = parts.port
-        except ValueError as exc:
-            raise ValueError(f"peer pattern {text!r}: {exc}") from exc
-        host = parts.hostname or ""
-        if parts.path or parts.query or parts.fragment or parts.username is not None or not host:
-            raise ValueError(f"peer pattern {text!r}: expected [scheme://]host[:port], e.g. *.bridge.ns.svc")
-        if wildcard:
-            if rest == "*":
-                host = "*"
-            elif rest.startswith("*.") and len(rest) > 2:
-                host = host[1:]  # ".suffix"
-            else:
-                raise ValueError(f"peer pattern {text!r}: '*' only as the whole host or as '*.suffix'")
-        return cls(text.strip(), scheme or None, host, None if any_port else port)
-
-    def matches(self, url: SplitResult) -> bool:
-        if self.scheme is not None and url.scheme != self.scheme:
-            return False
-        host = (url.hostname or "").lower()
-        if self.host == "*":
-            pass
-        elif self.host.startswith("."):
-            if not host.endswith(self.host) or len(host) == len(self.host):
-                return False
-        elif host != self.host:
-            return False
-        return self.port is None or (url.port or _DEFAULT_PORTS.get(url.scheme)) == self.port
-
-
-def default_peers(advertise_url: str) -> list[str]:
-    """The peers a replica contacts when ``peers`` is not set, from its own advertise URL:
-
-    - a DNS name of three labels or more (``bridge-0.bridge.ns.svc``): every name under its domain
-      suffix, same scheme and port (``http://*.bridge.ns.svc:8000``): a StatefulSet's pods behind
-      their headless Service;
-    - loopback (``127.0.0.1``, ``localhost``, ``[::1]``): any loopback name, any port (replicas on
-      one machine);
-    - another IP address or a shorter name: that host, any port."""
-    url = urlsplit(advertise_url)
-    scheme, host = url.scheme, (url.hostname or "").lower()
-    port = url.port or _DEFAULT_PORTS.get(scheme, 80)
-    try:
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if host == "localhost" or (address is not None and address.is_loopback):
-        return [f"{scheme}://{name}:*" for name in _LOOPBACK_NAMES]
-    if address is not None:
-        return [f"{scheme}://[{host}]:*" if address.version == 6 else f"{scheme}://{host}:*"]
-    labels = host.split(".")
-    if len(labels) >= 3:
-        return [f"{scheme}://*.{'.'.join(labels[1:])}:{port}"]
-    return [f"{scheme}://{host}:*"]
-
-
-def parse_peers(patterns: Iterable[str]) -> list[PeerPattern]:
-    """Each pattern parsed; ValueError naming the first bad one."""
-    return [PeerPattern.parse(p) for p in patterns]
-
-
-class Peers:
-    """The replicas this one may forward to."""
-
-    def __init__(self, patterns: list[str]) -> None:
-        self.patterns = parse_peers(patterns)
-
-    def allows(self, owner: str) -> bool:
-        """Whether ``owner`` is a plain base URL (no credentials, path, query) matching a pattern."""
-        try:
-            url = urlsplit(owner)
-            url.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError:
-            return False
-        if url.scheme not in _DEFAULT_PORTS or not url.hostname or url.username is not None:
-            return False
-        if url.path not in ("", "/") or url.query or url.fragment:
-            return False
-        return any(p.matches(url) for p in self.patterns)
-
-    def __str__(self) -> str:
-        return ", ".join(p.text for p in self.patterns) or "none: forwarding is off"
 
 
 class Forwarding:
@@ -183,13 +70,11 @@ class Forwarding:
     def __init__(
         self,
         advertise_url: str,
-        peers: list[str] | None,
         tool_timeout_s: float,
         verify_timeout_s: float,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.advertise_url = advertise_url
-        self.peers = Peers(default_peers(advertise_url) if peers is None else peers)
         self.tool_timeout_s = tool_timeout_s
         self.verify_timeout_s = verify_timeout_s
         self._transport: httpx.AsyncHTTPTransport | None = None
@@ -198,6 +83,14 @@ class Forwarding:
             "Requests for another replica's session, by outcome (relayed, unreachable, timeout, loop)",
             ["outcome"],
             registry=registry,
+        )
+
+    @classmethod
+    def of(cls, bridge: Bridge) -> Forwarding:
+        """The forwarder of a started ``bridge`` (its advertise URL, budgets and metrics registry)."""
+        settings = bridge.settings
+        return cls(
+            bridge.advertise_url, settings.tool_timeout_s, settings.verify_timeout_s, bridge.metrics.registry
         )
 
     def transport(self) -> httpx.AsyncHTTPTransport:

@@ -10,20 +10,21 @@ upstream failure comes back as an ``isError`` result whose text a model can read
 
 Fast path. The SDK's stateless transport builds a transport, a task, memory streams and a JSON-RPC
 dispatcher for every POST; for the one message a rollout sends thousands of times -- a single
-well-formed ``tools/call`` -- that machinery is most of the bridge's CPU. ``McpEndpoint.app`` answers
-such a request itself and hands everything else to the SDK (``sdk_app``) untouched: other methods,
+well-formed ``tools/call`` -- that machinery is most of the bridge's CPU. ``McpEndpoint.post`` takes
+a POST whose body the guard already read and limited (Host/Origin checked there too) and answers
+such a request itself; everything else goes to the SDK (``sdk_app``) untouched: other methods,
 notifications, batches, GET/DELETE, unknown protocol revisions, a duplicated or missing routing
-header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, a Host/Origin the rebinding
-check refuses, an oversized or unparsable body. What the fast path does answer it answers exactly as
-the SDK would: the same handler (``_call``), the SDK's own result serialization for the negotiated
-revision (2026-07-28 adds ``resultType`` and the ``serverInfo`` ``_meta`` stamp; run once per result
-shape and reused as a template, see ``_Results``), the same JSON-RPC envelope, encoding and status;
-``tests/test_fastpath.py`` checks the two paths answer byte for byte alike.
+header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, an unparsable body. What
+the fast path does answer it answers exactly as the SDK would: the same handler (``_call``), the
+SDK's own result serialization for the negotiated revision (2026-07-28 adds ``resultType`` and the
+``serverInfo`` ``_meta`` stamp; run once per result shape and reused as a template, see
+``_Results``), the same JSON-RPC envelope, encoding and status; ``tests/test_fastpath.py`` checks
+the two paths answer byte for byte alike.
 
 Another replica's session (a token that verifies but names another replica, inside the peers) is
 relayed to that replica as the raw request, and its answer sent back unchanged (``forwarding``):
-the fast path learns it from ``_call`` (``Foreign``), at no cost to this replica's own calls; the
-SDK's app sits behind a pre-check of the token (``_ForwardingSdkApp``).
+the fast path learns it from ``_call`` (``Foreign``), at no cost to this replica's own calls; a
+request bound for the SDK is checked first (``McpEndpoint._owner``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
-from bridge.core import Bridge, Foreign, Rejected
-from bridge.tokens import HEADER, ForeignIssuer, TokenError, from_headers
+from bridge.http.forwarding import Forwarding
+from bridge.http.requests import read_body
+from bridge.service import Bridge, Foreign, Rejected
+from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
 
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
@@ -60,8 +63,19 @@ def _token(ctx: ServerRequestContext[Any]) -> str | None:
 
 
 class McpEndpoint:
-    def __init__(self, bridge: Bridge, security: TransportSecuritySettings | None = None) -> None:
+    """``/mcp``: the MCP SDK's low-level server and streamable-HTTP manager (every method, every
+    protocol era), with a fast path in front that answers a plain ``tools/call`` itself. Both end in
+    ``Bridge.authorize`` and ``Bridge.call_tool``; another replica's session is relayed by
+    ``forwarding``."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        security: TransportSecuritySettings | None = None,
+        forwarding: Forwarding | None = None,
+    ) -> None:
         self.bridge = bridge
+        self.forwarding = forwarding or Forwarding.of(bridge)
         self.server: Server[Any] = Server(
             "gym-mcp-bridge",
             version=__version__,
@@ -77,11 +91,39 @@ class McpEndpoint:
             security_settings=security or TransportSecuritySettings(enable_dns_rebinding_protection=False),
             max_request_body_size=bridge.settings.max_body_bytes,
         )
-        self.sdk_app: ASGIApp = _ForwardingSdkApp(StreamableHTTPASGIApp(self.manager), self)
+        self.sdk_app: ASGIApp = StreamableHTTPASGIApp(self.manager)
         self.fast = _FastPath.build(self)
         self.fast_calls = 0  # tools/call requests the fast path answered (tests and profiling read it)
         # An ASGI object, not a bound method: Starlette would wrap a method as a GET request handler.
-        self.app: Any = _EndpointApp(self) if self.fast is not None else self.sdk_app
+        self.app: Any = _EndpointApp(self)
+
+    async def post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        """A ``POST /mcp`` whose body was read and limited by the caller (``receive`` replays it):
+        the fast path answers a plain ``tools/call``; a request for another replica's session goes
+        to its owner; everything else to the SDK."""
+        if self.fast is not None and await self.fast.answer(scope, body, send):
+            return
+        owner = self._owner(scope)
+        if owner is not None:
+            await self.forwarding.relay(scope, body, owner, send)
+            return
+        await self.sdk_app(scope, receive, send)
+
+    def _owner(self, scope: Scope) -> str | None:
+        """The replica whose session the request's token names, when it is a peer; else None (this
+        replica's own sessions, and tokens the SDK path refuses)."""
+        token = from_raw_headers(dict(scope["headers"]))
+        signer = self.bridge.signer
+        if token is None or signer is None:
+            return None
+        try:
+            signer.verify(token)
+        except ForeignIssuer as exc:
+            verdict = self.bridge.foreign(exc)
+            return verdict.owner if isinstance(verdict, Foreign) else None  # else the SDK refuses
+        except TokenError:
+            return None
+        return None
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -144,23 +186,28 @@ def call_result(text: str, is_error: bool, structured: dict[str, Any] | None = N
 
 
 class _EndpointApp:
-    """The ``/mcp`` ASGI app: POSTs go through the fast path's triage, everything else to the SDK."""
+    """``McpEndpoint.app`` as an ASGI app: a POST's body is read once (``read_body``) and handed to
+    ``McpEndpoint.post``; every other request goes to the SDK. (The guard calls ``post`` itself.)"""
 
     def __init__(self, endpoint: McpEndpoint) -> None:
         self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fast = self.endpoint.fast
-        if fast is None or scope["type"] != "http" or scope["method"] != "POST":
-            await self.endpoint.sdk_app(scope, receive, send)
+        endpoint = self.endpoint
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await endpoint.sdk_app(scope, receive, send)
             return
-        await fast.handle(scope, receive, send)
+        limit = endpoint.bridge.settings.max_body_bytes
+        body = await read_body(receive, dict(scope["headers"]).get(b"content-length"), limit)
+        if body.data is None:
+            await endpoint.sdk_app(scope, body.replay, send)  # the SDK's own refusal (413, disconnect)
+            return
+        await endpoint.post(scope, body.data, body.replay, send)
 
 
 _PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
 _MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _MCP_PARAM_PREFIX = b"mcp-param-"
-_TOKEN_HEADER = HEADER.lower().encode("latin-1")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _META_CACHE_SIZE = 256
 
@@ -177,10 +224,6 @@ class _FastPath:
 
         self.endpoint = endpoint
         self.results = _Results(serialize)
-        self.security = endpoint.manager.security_settings or TransportSecuritySettings(
-            enable_dns_rebinding_protection=False
-        )
-        self.max_body = endpoint.manager.max_request_body_size
         self.default_version = DEFAULT_NEGOTIATED_VERSION
         self.handshake_versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
         self.modern_versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -201,22 +244,19 @@ class _FastPath:
             return None
         return cls(endpoint, serialize)
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve a POST: the fast path when it can answer exactly as the SDK would, else the SDK."""
+    async def answer(self, scope: Scope, body: bytes, send: Send) -> bool:
+        """Answer the POST when it is a plain ``tools/call`` answerable exactly as the SDK would; False
+        (nothing sent) otherwise. Another replica's session raises ``Foreign`` before anything is sent."""
         headers = self._headers(scope)
-        if headers is None:
-            await self.endpoint.sdk_app(scope, receive, send)
-            return
-        body, replay = await read_body(receive, headers, self.max_body)
-        plan = self._plan(headers, body) if body is not None else None
-        if plan is None:
-            await self.endpoint.sdk_app(scope, replay, send)
-            return
+        plan = self._plan(headers, body) if headers is not None else None
+        if plan is None or headers is None:
+            return False
         version, request_id, name, arguments = plan
         try:
             await self._answer(send, headers, version, request_id, name, arguments)
         except Foreign as exc:  # another replica's session: its owner answers
-            await self.endpoint.bridge.forwarding.relay(scope, body or b"", exc.owner, send)
+            await self.endpoint.forwarding.relay(scope, body, exc.owner, send)
+        return True
 
     def _headers(self, scope: Scope) -> dict[bytes, bytes] | None:
         """The request headers, or None when one the SDK looks at would make it answer differently."""
@@ -228,8 +268,6 @@ class _FastPath:
         if content_type != b"application/json":
             return None
         if not _accepts_json(headers.get(b"accept", b"")):
-            return None
-        if not host_origin_ok(headers, self.security):
             return None
         if any(key.startswith(_MCP_PARAM_PREFIX) for key in headers):
             return None
@@ -310,7 +348,7 @@ class _FastPath:
         modern = version in self.modern_versions
         status = 200
         try:
-            reply = await endpoint._call(_token_from(headers), name, arguments)
+            reply = await endpoint._call(from_raw_headers(headers), name, arguments)
             payload = self.results.encode(version, modern, request_id, reply)
         except Foreign:
             raise
@@ -324,47 +362,6 @@ class _FastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
-
-
-class _ForwardingSdkApp:
-    """The SDK's app behind a pre-check: a POST whose token verifies but was issued by another replica
-    inside the peers goes to that replica (``forwarding``), every other request to the SDK as it was.
-    A Host/Origin the rebinding check refuses is never forwarded (the SDK refuses it here)."""
-
-    def __init__(self, sdk: ASGIApp, endpoint: McpEndpoint) -> None:
-        self.sdk = sdk
-        self.endpoint = endpoint
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = self._owner(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if owner is None:
-            await self.sdk(scope, receive, send)
-            return
-        body, replay = await read_body(
-            receive, dict(scope["headers"]), self.endpoint.bridge.settings.max_body_bytes
-        )
-        if body is None:
-            await self.sdk(scope, replay, send)  # the SDK's own refusal (413, disconnect)
-            return
-        await self.endpoint.bridge.forwarding.relay(scope, body, owner, send)
-
-    def _owner(self, scope: Scope) -> str | None:
-        bridge = self.endpoint.bridge
-        headers = dict(scope["headers"])
-        token = _token_from(headers)
-        if token is None or bridge.signer is None:
-            return None
-        security = self.endpoint.manager.security_settings
-        if security is not None and not host_origin_ok(headers, security):
-            return None
-        try:
-            bridge.signer.verify(token)
-        except ForeignIssuer as exc:
-            verdict = bridge.foreign(exc)
-            return verdict.owner if isinstance(verdict, Foreign) else None  # else the SDK refuses
-        except TokenError:
-            return None
-        return None
 
 
 _TEXT_MARK = "\x00gym-mcp-bridge text\x00"
@@ -448,17 +445,6 @@ def _envelope_bytes(message: dict[str, Any], modern: bool) -> bytes:
     return pydantic_core.to_json(message)
 
 
-def _token_from(headers: dict[bytes, bytes]) -> str | None:
-    """``tokens.from_headers(..., bearer=True)`` over raw ASGI headers."""
-    token = headers.get(_TOKEN_HEADER)
-    if token:
-        return token.decode("latin-1").strip()
-    auth = headers.get(b"authorization", b"").decode("latin-1")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return None
-
-
 def _accepts_json(accept: bytes) -> bool:
     """``check_accept_headers``'s JSON half (RFC 7231 wildcards), as the SDK reads Accept."""
     for media_type in accept.decode("latin-1").split(","):
@@ -466,54 +452,6 @@ def _accepts_json(accept: bytes) -> bool:
         if kind in ("*/*", "application/json", "application/*"):
             return True
     return False
-
-
-def host_origin_ok(headers: dict[bytes, bytes], security: TransportSecuritySettings) -> bool:
-    """The SDK's Host/Origin allow-list check (``TransportSecurityMiddleware``), without its logging:
-    a refused request goes to the SDK, which refuses and logs it once."""
-    if not security.enable_dns_rebinding_protection:
-        return True
-    host = headers.get(b"host", b"").decode("latin-1")
-    if not host or not host_allowed(host, security.allowed_hosts or []):
-        return False
-    origin = headers.get(b"origin", b"").decode("latin-1")
-    return not origin or host_allowed(origin, security.allowed_origins or [])
-
-
-async def read_body(
-    receive: Receive, headers: dict[bytes, bytes], max_body: int
-) -> tuple[bytes | None, Receive]:
-    """The whole body (None if over ``max_body`` or not a plain body) and a receive that replays
-    what was read, for whoever answers instead."""
-    consumed: list[Message] = []
-    declared = headers.get(b"content-length")
-    body: bytes | None = None
-    if declared is None or not declared.isdigit() or int(declared) <= max_body:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            consumed.append(message)
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            chunks.append(chunk)
-            if size > max_body:
-                break
-            if not message.get("more_body", False):
-                body = b"".join(chunks)
-                break
-
-    async def replay() -> Message:
-        return consumed.pop(0) if consumed else await receive()
-
-    return body, replay
-
-
-def host_allowed(value: str, allowed: list[str]) -> bool:
-    """A Host or Origin against an allow-list whose ``name:*`` entries admit any port."""
-    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
 
 
 def _meta_valid(version: str, meta: Any) -> bool:

@@ -2,9 +2,9 @@
 
 ``serve`` builds ``Settings`` from ``GYM_MCP_BRIDGE_*`` variables and ``--flags`` (one flag per
 settings field, generated from the model), binds the port first (a port in use is a one-line
-error), starts or reaches the upstream (a failure is a one-line error plus the upstream's log
-tail), then serves the app with uvicorn until SIGTERM/SIGINT, which drains in-flight requests and
-stops the upstream. Every startup failure exits 2 with a line that names the fix.
+error) and serves ``ServingApp`` with uvicorn at once: the probes answer while it starts or reaches
+the upstream behind them (a failure is a one-line error plus the upstream's log tail), then the app
+serves until SIGTERM/SIGINT, which drains in-flight requests and stops the upstream. Every startup failure exits 2 with a line that names the fix.
 
 Secrets given as flags (``--secret``, ``--api-key``) are visible to every local user in ``ps``:
 ``serve`` accepts them but warns once, naming the environment variable and the ``--*-file`` flag to
@@ -135,7 +135,7 @@ async def serve(settings: Settings) -> None:
     """Bind, then serve at once: ``ServingApp`` answers the probes while it starts the bridge
     behind them, and a start that fails ends ``serve`` with its one-line reason (exit 2)."""
     from bridge import tracing
-    from bridge.serving import ServingApp
+    from bridge.http.serving import ServingApp
     from bridge.upstream import Upstream
 
     if tracing.configure(__version__):
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve_parser)
     serve_parser.set_defaults(handler=cmd_serve)
-    from bridge import client_config, replay
+    from bridge.commands import client_config, replay
 
     replay.add_parser(commands)
     client_config.add_parser(commands)
@@ -241,7 +241,7 @@ def add_provenance_parser(commands: Any) -> None:
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
-    from bridge import provenance
+    from bridge.scoring import provenance
 
     try:
         given = {"secret_file": args.secret_file} if args.secret_file else {}

@@ -1,9 +1,9 @@
-"""The upstream resources server: its process (managed mode) or its URL (external mode), and the
-pooled HTTP client every request to it goes through.
+"""The upstream resources server's lifecycle: its process (managed mode) or its URL (external mode),
+and ``post``, which sends every request through the keep-alive pool (``transport``) or httpx.
 
-Managed mode spawns ``upstream_boot.py`` under the Gym environment's interpreter (or, when the
+Managed mode spawns ``boot.py`` under the Gym environment's interpreter (or, when the
 server's ``requirements.txt`` asks for more, under its own environment layered on it, built once by
-``gym_envs``) in its own process group, reads the port file it writes (the host and port it actually bound), and probes
+``envs``) in its own process group, reads the port file it writes (the host and port it actually bound), and probes
 ``/openapi.json`` there until it answers. A child that exits during startup is reported at once
 with its exit code and log tail; one that is not ready within ``startup_timeout_s`` is killed and
 reported with the seconds spent and the log tail. Once running, ``supervise`` waits on the child:
@@ -15,35 +15,17 @@ External mode waits for the URL to answer and probes it for readiness. ``post`` 
 as an ``UpstreamResponse`` (status, raw headers, body) built straight from the parsed bytes, or raises
 ``UpstreamTimeout`` / ``UpstreamUnavailable`` with a one-line reason. Data flows one way: the
 app asks this module for responses and status; this module never calls back into sessions.
-
-Requests are checked before a byte is written (defence in depth: the entries validate tool names
-too): the path must be ``/`` plus 1-128 of ``[A-Za-z0-9_.-]`` (the MCP tool-name rule, which
-``/seed_session``, ``/verify``, ``/close_session``, ``/aggregate_metrics`` and every ``/<tool>`` fit),
-header names must be HTTP tokens other than the framing headers the client writes itself, and header
-values must be Latin-1 without control characters (tab allowed). Anything else raises
-``UpstreamRequestRefused`` (a ``ValueError``; the caller answers 400), on the pooled and the httpx
-path alike.
-
-A pooled connection carries one exchange at a time and goes back to the pool only when that exchange
-ended exactly: one complete response and no byte beyond it. Bytes after the response (in the same
-read or later), a second or pipelined response, any byte that arrives while the connection sits idle
-(a late answer: checked again, with a zero-timeout poll, just before reuse), a parse error, a
-timeout, a cancelled call or ``connection: close`` close it instead, so no caller ever reads an
-answer meant for another.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import collections
 import contextlib
 import importlib.util
 import json
 import logging
 import os
-import re
-import select
 import signal
 import sys
 import tempfile
@@ -53,13 +35,19 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
-import httptools
 import httpx
-import orjson
 from opentelemetry.trace import SpanKind
 
-from bridge import gym_envs, tracing
+from bridge import tracing
 from bridge.settings import Settings
+from bridge.upstream import envs as gym_envs
+from bridge.upstream.response import UpstreamResponse
+from bridge.upstream.transport import (
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    _KeepAlivePool,
+    check_request,
+)
 
 # httpcore runs ``import sniffio`` on every request (to tell asyncio from trio) and falls back to
 # asyncio when it is missing; without sniffio installed each of those imports searches sys.path
@@ -69,7 +57,7 @@ if importlib.util.find_spec("sniffio") is None:
 
 log = logging.getLogger("gym_mcp_bridge.upstream")
 
-BOOT_SCRIPT = Path(__file__).with_name("upstream_boot.py")
+BOOT_SCRIPT = Path(__file__).with_name("boot.py")
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 5.0
 _POLL_S = 0.05
@@ -78,64 +66,6 @@ _DEATH_WAIT_S = 0.3  # how long a failed request waits to learn whether the chil
 
 class UpstreamStartError(Exception):
     """The upstream could not be started or reached; str(exc) says what and how to fix it."""
-
-
-class UpstreamUnavailable(Exception):
-    """The upstream could not be reached or failed mid-request (502)."""
-
-
-class UpstreamTimeout(Exception):
-    """The upstream did not answer within the budget (504)."""
-
-
-class UpstreamRequestRefused(ValueError):
-    """A request that must not be sent (bad path or header); nothing was written (the caller's 400)."""
-
-
-# The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it.
-_PATH = re.compile(r"/[A-Za-z0-9_.-]{1,128}")
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL and the rest, tab excepted
-_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
-_GOOD_NAMES: set[str] = set()  # header names already checked (a handful in practice; capped)
-
-
-def check_request(path: str, headers: dict[str, str]) -> None:
-    """Raise ``UpstreamRequestRefused`` with a one-line reason (never echoing a header value, which
-    may be a session cookie) unless the request line and headers are safe to write."""
-    if not _PATH.fullmatch(path):
-        raise UpstreamRequestRefused(
-            f"refused to send path {path[:80]!r}: it must be '/' plus 1-128 of A-Z a-z 0-9 _ . -"
-        )
-    for name, value in headers.items():
-        if name not in _GOOD_NAMES:
-            _check_name(name)
-        if not (value.isascii() and value.isprintable()):  # the common case in 0.2 us; else look closer
-            _check_value(name, value)
-
-
-def _check_name(name: str) -> None:
-    if not _TOKEN.fullmatch(name):
-        raise UpstreamRequestRefused(f"refused to send header name {name[:80]!r}: not an HTTP token")
-    if name.lower() in _FRAMING:
-        raise UpstreamRequestRefused(f"refused to send header {name!r}: the client writes it itself")
-    if len(_GOOD_NAMES) < 256:
-        _GOOD_NAMES.add(name)
-
-
-def _check_value(name: str, value: str) -> None:
-    bad = _CONTROL.search(value)
-    if bad is not None:
-        raise UpstreamRequestRefused(
-            f"refused to send header {name!r}: control character {ord(bad.group()):#04x} "
-            f"at offset {bad.start()} of its value"
-        )
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError as exc:
-        raise UpstreamRequestRefused(
-            f"refused to send header {name!r}: non-Latin-1 character at offset {exc.start} of its value"
-        ) from None
 
 
 @dataclass(slots=True)
@@ -148,254 +78,36 @@ class BootInfo:
     pid: int
     example_rows: str | None = None  # the environment's data/example.jsonl, when it ships one
 
-
-@dataclass(slots=True)
-class UpstreamResponse:
-    """One answer of the upstream: status, raw headers (names lower-cased) and body.
-
-    Built straight from the parsed bytes on the hot path (an ``httpx.Response`` per call cost a
-    tenth of the bridge's CPU); ``text`` decodes as httpx does (the charset the content type names,
-    else UTF-8, undecodable bytes replaced)."""
-
-    status_code: int
-    headers: list[tuple[bytes, bytes]]
-    content: bytes
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    def header(self, name: str) -> str | None:
-        key = name.lower().encode("latin-1")
-        for found, value in self.headers:
-            if found == key:
-                return value.decode("latin-1")
-        return None
-
-    def header_list(self, name: str) -> list[str]:
-        key = name.lower().encode("latin-1")
-        return [value.decode("latin-1") for found, value in self.headers if found == key]
+    @classmethod
+    def read(cls, port_file: Path) -> BootInfo | None:
+        """What the boot script wrote to its port file once it bound; None before it has."""
+        if not port_file.is_file():
+            return None
+        info = json.loads(port_file.read_text())
+        return cls(
+            host=info["host"],
+            port=int(info["port"]),
+            server_name=info["server_name"],
+            server_class=info["class"],
+            gym_version=info["gym_version"],
+            pid=int(info["pid"]),
+            example_rows=info.get("example_rows"),
+        )
 
     @property
-    def content_type(self) -> str | None:
-        return self.header("content-type")
-
-    @property
-    def text(self) -> str:
-        charset = "utf-8"
-        content_type = self.content_type
-        if content_type and "charset=" in content_type.lower():
-            named = content_type.lower().split("charset=", 1)[1].split(";", 1)[0].strip().strip("\"'")
-            with contextlib.suppress(LookupError):
-                charset = codecs.lookup(named).name
-        return self.content.decode(charset, errors="replace")
-
-    def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
-        try:
-            return orjson.loads(self.content)
-        except orjson.JSONDecodeError:  # integers beyond 64 bits are JSON too; NaN and Infinity are not
-            return json.loads(self.content, parse_constant=_not_json)
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
+    def url(self) -> str:
+        return _url(self.host, self.port)
 
 
 def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _ExtraResponse(Exception):
-    """A second response began on a connection with no request waiting (stops the parser)."""
-
-
-class _Exchange(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection to the upstream; httptools parses the responses.
-
-    ``in_flight`` is true from the write of a request to the end of its response; a byte received
-    outside that window, or a second response (or the start of one, or garbage) after the complete
-    one in the same read, closes the connection. (Bare CR/LF right after a response in the same read
-    is skipped by llhttp, as between any two messages: it cannot form an answer.)"""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.in_flight = False
-        self.idle_since = 0.0
-        self.poller: Any = None  # select.poll on the socket: anything readable while idle?
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.body: list[bytes] = []
-        self.waiter: asyncio.Future[None] | None = None
-        self.keep_alive = True
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(select, "poll"):
-            self.poller = select.poll()
-            self.poller.register(sock.fileno(), select.POLLIN)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.in_flight:
-            # Idle in the pool, or its response already complete: a late, unsolicited or extra answer.
-            # Whatever follows on this connection can no longer be matched to a request.
-            self.close()
-            return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:  # also _ExtraResponse, after the waiter got its answer
-            self._fail(ConnectionError(f"malformed HTTP response from the upstream: {exc}"))
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._fail(ConnectionError("upstream closed the connection before it answered"))
-
-    # httptools callbacks
-    def on_message_begin(self) -> None:
-        if not self.in_flight:  # a second response after the complete one, in the same read
-            raise _ExtraResponse
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.in_flight = False
-        self.keep_alive = self.parser.should_keep_alive()
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def _fail(self, exc: Exception) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(exc)
-
-    async def exchange(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds."""
-        if self.closed or self.transport is None or self.in_flight:
-            raise ConnectionError("upstream closed the connection")
-        self._reset()
-        loop = asyncio.get_running_loop()
-        waiter = self.waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._fail, TimeoutError())
-        try:
-            self.in_flight = True
-            self.transport.write(request)
-            await waiter
-        finally:
-            timer.cancel()
-        return self.status, self.headers, b"".join(self.body)
-
-    def quiet(self) -> bool:
-        """Nothing has arrived since the last response ended: no byte (or EOF) is waiting in the
-        socket that the event loop has not delivered yet (a late answer racing a reuse)."""
-        if self.closed or self.transport is None or self.transport.is_closing():
-            return False
-        return self.poller is None or not self.poller.poll(0)
-
-    def close(self) -> None:
-        self.closed = True
-        self.in_flight = False
-        if self.transport is not None:
-            self.transport.close()
-
-
-class _KeepAlivePool:
-    """Pooled keep-alive HTTP/1.1 connections to one ``http://host:port`` upstream, for the hot path.
-
-    The upstream is a local Gym server speaking plain HTTP/1.1, so a request is one write of the
-    serialized request and one httptools-parsed response, without httpx's per-request machinery
-    (its transport, pool bookkeeping and stream wrappers were over half of the bridge's CPU per tool
-    call in a profile). Idle connections are reused newest first and dropped after ``expiry_s`` or
-    as soon as the upstream closes them or sends anything; a connection whose exchange did not end
-    exactly (timed out, cancelled, failed, extra bytes) is never reused. ``post`` refuses unsafe
-    requests with ``UpstreamRequestRefused`` before connecting or writing."""
-
-    def __init__(self, url: str, max_connections: int, expiry_s: float, connect_timeout_s: float) -> None:
-        parts = httpx.URL(url)
-        self.url = url
-        self.host = parts.host
-        self.port = parts.port or 80
-        netloc = f"[{self.host}]" if ":" in self.host else self.host
-        self.host_header = f"{netloc}:{self.port}".encode("latin-1")
-        self.expiry_s = expiry_s
-        self.connect_timeout_s = connect_timeout_s
-        self.idle: list[_Exchange] = []
-        self.gate = asyncio.Semaphore(max_connections)
-
-    async def _connect(self, timeout: float) -> _Exchange:
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(min(timeout, self.connect_timeout_s)):
-            _, protocol = await loop.create_connection(_Exchange, self.host, self.port)
-        return protocol
-
-    def _take(self) -> _Exchange | None:
-        now = time.monotonic()
-        while self.idle:
-            conn = self.idle.pop()
-            if now - conn.idle_since < self.expiry_s and conn.quiet():
-                return conn
-            conn.close()
-        return None
-
-    async def post(
-        self, path: str, body: bytes, headers: dict[str, str], timeout: float
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One request on a pooled connection; TimeoutError when the whole of it (waiting for a free
-        connection, connecting, the exchange) takes longer than ``timeout`` seconds;
-        ``UpstreamRequestRefused`` (nothing sent) for a path or header that fails ``check_request``."""
-        check_request(path, headers)
-        head = [b"POST ", path.encode("latin-1"), b" HTTP/1.1\r\nhost: ", self.host_header]
-        for name, value in headers.items():
-            head += (b"\r\n", name.encode("latin-1"), b": ", value.encode("latin-1"))
-        head += (
-            b"\r\naccept: */*\r\nuser-agent: gym-mcp-bridge\r\ncontent-length: ",
-            str(len(body)).encode(),
-        )
-        head.append(b"\r\n\r\n")
-        request = b"".join(head) + body
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        if self.gate.locked():  # all connections busy: the wait counts against the budget
-            async with asyncio.timeout(timeout):
-                await self.gate.acquire()
-        else:
-            await self.gate.acquire()
-        try:
-            conn = self._take() or await self._connect(deadline - loop.time())
-            try:
-                status, raw_headers, content = await conn.exchange(request, deadline - loop.time())
-            except BaseException:
-                conn.close()  # timed out, cancelled or broken mid-exchange: never reuse it
-                raise
-        finally:
-            self.gate.release()
-        if conn.keep_alive and not conn.closed:
-            conn.idle_since = time.monotonic()
-            self.idle.append(conn)
-        else:
-            conn.close()
-        return status, raw_headers, content
-
-    def close(self) -> None:
-        for conn in self.idle:
-            conn.close()
-        self.idle.clear()
-
-
 class Upstream:
+    """The Gym resources server behind the bridge: started and supervised here (managed mode) or
+    reached at its URL (external), and ``post``, the one way a request gets to it. ``generation``
+    counts its restarts: a session seeded on an earlier generation is lost."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.mode = "managed" if settings.managed else "external"
@@ -404,7 +116,6 @@ class Upstream:
         self.restarts = 0
         self.ready = False
         self.not_ready_reason = "upstream starting"
-        self.started_at = time.monotonic()
         self.boot: BootInfo | None = None
         self.exit_code: int | None = None
         self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -424,10 +135,6 @@ class Upstream:
         self._pool: _KeepAlivePool | None = None
 
     # -- identity -------------------------------------------------------------------------------
-
-    @property
-    def spec(self) -> str:
-        return self.settings.upstream_url or self.settings.resources_server
 
     @property
     def server_name(self) -> str:
@@ -458,7 +165,6 @@ class Upstream:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.started_at = time.monotonic()
         if self.mode == "external":
             await self._wait_external()
         else:
@@ -545,18 +251,10 @@ class Upstream:
                     f"upstream {name} not ready after {spent:.1f}s of its {budget:g}s startup budget "
                     f"(startup_timeout_s){tail}"
                 )
-            if self.boot is None and port_file.is_file():
-                info = json.loads(port_file.read_text())
-                self.boot = BootInfo(
-                    host=info["host"],
-                    port=int(info["port"]),
-                    server_name=info["server_name"],
-                    server_class=info["class"],
-                    gym_version=info["gym_version"],
-                    pid=int(info["pid"]),
-                    example_rows=info.get("example_rows"),
-                )
-                self.url = _url(self.boot.host, self.boot.port)
+            if self.boot is None:
+                self.boot = BootInfo.read(port_file)
+                if self.boot is not None:
+                    self.url = self.boot.url
             if self.url is not None and self.boot is not None:
                 with contextlib.suppress(httpx.HTTPError):
                     probe = await self.client.get(f"{self.url}/openapi.json", timeout=1.0)

@@ -1,0 +1,1 @@
+"""Scoring as computation: tool-name resolution, trajectory conversion, verify normalization, provenance."""

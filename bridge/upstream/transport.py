@@ -1,0 +1,276 @@
+"""The HTTP/1.1 transport to the upstream: request checks, the keep-alive pool, its errors.
+
+Requests are checked before a byte is written (defence in depth: the entries validate tool names
+too): the path must be ``/`` plus 1-128 of ``[A-Za-z0-9_.-]`` (the MCP tool-name rule, which
+``/seed_session``, ``/verify``, ``/close_session``, ``/aggregate_metrics`` and every ``/<tool>`` fit),
+header names must be HTTP tokens other than the framing headers the client writes itself, and header
+values must be Latin-1 without control characters (tab allowed). Anything else raises
+``UpstreamRequestRefused`` (a ``ValueError``; the caller answers 400), on the pooled and the httpx
+path alike.
+
+A pooled connection carries one exchange at a time and goes back to the pool only when that exchange
+ended exactly: one complete response and no byte beyond it. Bytes after the response (in the same
+read or later), a second or pipelined response, any byte that arrives while the connection sits idle
+(a late answer: checked again, with a zero-timeout poll, just before reuse), a parse error, a
+timeout, a cancelled call or ``connection: close`` close it instead, so no caller ever reads an
+answer meant for another. Every request reaches the upstream through ``Upstream.post``: this
+pool for ``http://`` upstreams, httpx (``process.py``) for ``https://`` and the probes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import select
+import time
+from typing import Any
+
+import httptools
+import httpx
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be reached or failed mid-request (502)."""
+
+
+class UpstreamTimeout(Exception):
+    """The upstream did not answer within the budget (504)."""
+
+
+class UpstreamRequestRefused(ValueError):
+    """A request that must not be sent (bad path or header); nothing was written (the caller's 400)."""
+
+
+# The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it.
+_PATH = re.compile(r"/[A-Za-z0-9_.-]{1,128}")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL and the rest, tab excepted
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
+_GOOD_NAMES: set[str] = set()  # header names already checked (a handful in practice; capped)
+
+
+def check_request(path: str, headers: dict[str, str]) -> None:
+    """Raise ``UpstreamRequestRefused`` with a one-line reason (never echoing a header value, which
+    may be a session cookie) unless the request line and headers are safe to write."""
+    if not _PATH.fullmatch(path):
+        raise UpstreamRequestRefused(
+            f"refused to send path {path[:80]!r}: it must be '/' plus 1-128 of A-Z a-z 0-9 _ . -"
+        )
+    for name, value in headers.items():
+        if name not in _GOOD_NAMES:
+            _check_name(name)
+        if not (value.isascii() and value.isprintable()):  # the common case in 0.2 us; else look closer
+            _check_value(name, value)
+
+
+def _check_name(name: str) -> None:
+    if not _TOKEN.fullmatch(name):
+        raise UpstreamRequestRefused(f"refused to send header name {name[:80]!r}: not an HTTP token")
+    if name.lower() in _FRAMING:
+        raise UpstreamRequestRefused(f"refused to send header {name!r}: the client writes it itself")
+    if len(_GOOD_NAMES) < 256:
+        _GOOD_NAMES.add(name)
+
+
+def _check_value(name: str, value: str) -> None:
+    bad = _CONTROL.search(value)
+    if bad is not None:
+        raise UpstreamRequestRefused(
+            f"refused to send header {name!r}: control character {ord(bad.group()):#04x} "
+            f"at offset {bad.start()} of its value"
+        )
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise UpstreamRequestRefused(
+            f"refused to send header {name!r}: non-Latin-1 character at offset {exc.start} of its value"
+        ) from None
+
+
+class _ExtraResponse(Exception):
+    """A second response began on a connection with no request waiting (stops the parser)."""
+
+
+class _Exchange(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to the upstream; httptools parses the responses.
+
+    ``in_flight`` is true from the write of a request to the end of its response; a byte received
+    outside that window, or a second response (or the start of one, or garbage) after the complete
+    one in the same read, closes the connection. (Bare CR/LF right after a response in the same read
+    is skipped by llhttp, as between any two messages: it cannot form an answer.)"""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.in_flight = False
+        self.idle_since = 0.0
+        self.poller: Any = None  # select.poll on the socket: anything readable while idle?
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.waiter: asyncio.Future[None] | None = None
+        self.keep_alive = True
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(select, "poll"):
+            self.poller = select.poll()
+            self.poller.register(sock.fileno(), select.POLLIN)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.in_flight:
+            # Idle in the pool, or its response already complete: a late, unsolicited or extra answer.
+            # Whatever follows on this connection can no longer be matched to a request.
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:  # also _ExtraResponse, after the waiter got its answer
+            self._fail(ConnectionError(f"malformed HTTP response from the upstream: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(ConnectionError("upstream closed the connection before it answered"))
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        if not self.in_flight:  # a second response after the complete one, in the same read
+            raise _ExtraResponse
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.in_flight = False
+        self.keep_alive = self.parser.should_keep_alive()
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def _fail(self, exc: Exception) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc)
+
+    async def exchange(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds."""
+        if self.closed or self.transport is None or self.in_flight:
+            raise ConnectionError("upstream closed the connection")
+        self._reset()
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        timer = loop.call_later(timeout, self._fail, TimeoutError())
+        try:
+            self.in_flight = True
+            self.transport.write(request)
+            await waiter
+        finally:
+            timer.cancel()
+        return self.status, self.headers, b"".join(self.body)
+
+    def quiet(self) -> bool:
+        """Nothing has arrived since the last response ended: no byte (or EOF) is waiting in the
+        socket that the event loop has not delivered yet (a late answer racing a reuse)."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return False
+        return self.poller is None or not self.poller.poll(0)
+
+    def close(self) -> None:
+        self.closed = True
+        self.in_flight = False
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _KeepAlivePool:
+    """Pooled keep-alive HTTP/1.1 connections to one ``http://host:port`` upstream, for the hot path.
+
+    The upstream is a local Gym server speaking plain HTTP/1.1, so a request is one write of the
+    serialized request and one httptools-parsed response, without httpx's per-request machinery
+    (its transport, pool bookkeeping and stream wrappers were over half of the bridge's CPU per tool
+    call in a profile). Idle connections are reused newest first and dropped after ``expiry_s`` or
+    as soon as the upstream closes them or sends anything; a connection whose exchange did not end
+    exactly (timed out, cancelled, failed, extra bytes) is never reused. ``post`` refuses unsafe
+    requests with ``UpstreamRequestRefused`` before connecting or writing."""
+
+    def __init__(self, url: str, max_connections: int, expiry_s: float, connect_timeout_s: float) -> None:
+        parts = httpx.URL(url)
+        self.url = url
+        self.host = parts.host
+        self.port = parts.port or 80
+        netloc = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = f"{netloc}:{self.port}".encode("latin-1")
+        self.expiry_s = expiry_s
+        self.connect_timeout_s = connect_timeout_s
+        self.idle: list[_Exchange] = []
+        self.gate = asyncio.Semaphore(max_connections)
+
+    async def _connect(self, timeout: float) -> _Exchange:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(min(timeout, self.connect_timeout_s)):
+            _, protocol = await loop.create_connection(_Exchange, self.host, self.port)
+        return protocol
+
+    def _take(self) -> _Exchange | None:
+        now = time.monotonic()
+        while self.idle:
+            conn = self.idle.pop()
+            if now - conn.idle_since < self.expiry_s and conn.quiet():
+                return conn
+            conn.close()
+        return None
+
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str], timeout: float
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One request on a pooled connection; TimeoutError when the whole of it (waiting for a free
+        connection, connecting, the exchange) takes longer than ``timeout`` seconds;
+        ``UpstreamRequestRefused`` (nothing sent) for a path or header that fails ``check_request``."""
+        check_request(path, headers)
+        head = [b"POST ", path.encode("latin-1"), b" HTTP/1.1\r\nhost: ", self.host_header]
+        for name, value in headers.items():
+            head += (b"\r\n", name.encode("latin-1"), b": ", value.encode("latin-1"))
+        head += (
+            b"\r\naccept: */*\r\nuser-agent: gym-mcp-bridge\r\ncontent-length: ",
+            str(len(body)).encode(),
+        )
+        head.append(b"\r\n\r\n")
+        request = b"".join(head) + body
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self.gate.locked():  # all connections busy: the wait counts against the budget
+            async with asyncio.timeout(timeout):
+                await self.gate.acquire()
+        else:
+            await self.gate.acquire()
+        try:
+            conn = self._take() or await self._connect(deadline - loop.time())
+            try:
+                status, raw_headers, content = await conn.exchange(request, deadline - loop.time())
+            except BaseException:
+                conn.close()  # timed out, cancelled or broken mid-exchange: never reuse it
+                raise
+        finally:
+            self.gate.release()
+        if conn.keep_alive and not conn.closed:
+            conn.idle_since = time.monotonic()
+            self.idle.append(conn)
+        else:
+            conn.close()
+        return status, raw_headers, content
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+        self.idle.clear()

@@ -1,0 +1,185 @@
+"""Imports point one way along the request path (issue 13): every module under bridge/ is parsed with
+``ast`` (imports at module level and inside functions alike, relative ones resolved) and checked:
+
+* ``bridge/upstream/*`` imports only ``bridge.upstream.*``, ``bridge.settings`` and ``bridge.tracing``;
+* ``bridge/scoring/*`` imports only ``bridge.scoring.*`` and ``bridge.calllog``;
+* the service-level modules (``SERVICE_LEVEL``) never import ``bridge.http``, ``bridge.commands`` or
+  starlette;
+* ``bridge/http/*`` never imports ``bridge.commands``.
+
+The layering is the package layout itself (bridge/http, bridge/scoring, bridge/upstream,
+bridge/commands, and the service-level modules at the top); the checker is exercised on sources with
+a forbidden import added, so a rule that can never fail is caught too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bridge"
+SERVICE_LEVEL = frozenset(
+    f"bridge.{name}"
+    for name in (
+        "service",
+        "sessions",
+        "tokens",
+        "tools",
+        "calllog",
+        "peers",
+        "settings",
+        "metrics",
+        "audit",
+        "tracing",
+    )
+)
+ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_package(module: str) -> bool:
+    return MODULES.get(module, Path()).name == "__init__.py"
+
+
+def imported(module: str, source: str) -> Iterator[tuple[int, str]]:
+    """(line, module imported) for every import in ``source``, as module ``module`` would resolve it;
+    ``from pkg import name`` counts as ``pkg.name`` when that is a module of bridge."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package(module) else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                yield node.lineno, submodule if submodule in MODULES else target
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(module: str, source: str) -> list[str]:
+    """Each import of ``module`` that breaks a rule, as ``bridge/x.py:LINE imports y (rule)``."""
+    found: list[str] = []
+    where = MODULES[module].relative_to(ROOT) if module in MODULES else module
+    for line, name in imported(module, source):
+        rule: str | None = None
+        if within(module, "bridge.upstream"):
+            if within(name, "bridge") and not (
+                within(name, "bridge.upstream") or name in {"bridge.settings", "bridge.tracing"}
+            ):
+                rule = "bridge/upstream imports only bridge.upstream.*, bridge.settings, bridge.tracing"
+        elif within(module, "bridge.scoring"):
+            if within(name, "bridge") and not (within(name, "bridge.scoring") or name == "bridge.calllog"):
+                rule = "bridge/scoring imports only bridge.scoring.* and bridge.calllog"
+        elif module in SERVICE_LEVEL:
+            if any(within(name, banned) for banned in ("bridge.http", "bridge.commands", "starlette")):
+                rule = "service-level modules never import bridge.http, bridge.commands or starlette"
+        elif within(module, "bridge.http") and within(name, "bridge.commands"):
+            rule = "bridge/http never imports bridge.commands"
+        if rule is not None:
+            found.append(f"{where}:{line} imports {name} ({rule})")
+    return found
+
+
+def source_of(module: str) -> str:
+    return MODULES[module].read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# The rules, over the package as it is
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_one_way(module: str) -> None:
+    problems = violations(module, source_of(module))
+    assert not problems, "\n".join(problems)
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    top_level = {m for m in MODULES if m.count(".") == 1 and not is_package(m)}
+    unplaced = sorted(top_level - SERVICE_LEVEL - ENTRY_POINTS)
+    assert not unplaced, (
+        f"{', '.join(unplaced)}: a top-level module of bridge/ is service-level; add it to SERVICE_LEVEL "
+        "in tests/test_architecture.py (or move it under bridge/http, bridge/scoring, bridge/upstream)"
+    )
+
+
+def test_the_layers_exist() -> None:
+    """The rules are not vacuous: every layer they name has modules, and every service-level module exists."""
+    for layer in ("bridge.http", "bridge.scoring", "bridge.upstream", "bridge.commands"):
+        assert sum(within(m, layer) for m in MODULES) > 1, f"no modules under {layer}"
+    missing = sorted(SERVICE_LEVEL - set(MODULES))
+    assert not missing, f"service-level module(s) not found: {', '.join(missing)}"
+
+
+def test_package_root_imports_nothing_of_bridge() -> None:
+    # ``from bridge import __version__`` is fine anywhere only while the root imports no layer
+    names = [name for _, name in imported("bridge", source_of("bridge")) if within(name, "bridge")]
+    assert not names, f"bridge/__init__.py imports {', '.join(names)}"
+
+
+# --------------------------------------------------------------------------------------------
+# The checker catches what it should
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "added", "offending"),
+    [
+        ("bridge.service", "from bridge.http.responses import error", "bridge.http.responses"),
+        ("bridge.service", "def later():\n    from bridge.commands import cli", "bridge.commands.cli"),
+        ("bridge.service", "from bridge import http", "bridge.http"),
+        ("bridge.service", "from .http import responses", "bridge.http.responses"),
+        ("bridge.sessions", "import starlette.responses", "starlette.responses"),
+        ("bridge.tokens", "from starlette.requests import Request", "starlette.requests"),
+        ("bridge.upstream.transport", "from bridge.service import Bridge", "bridge.service"),
+        ("bridge.upstream.transport", "from ..scoring import naming", "bridge.scoring.naming"),
+        ("bridge.upstream", "import bridge.sessions", "bridge.sessions"),
+        ("bridge.scoring.verify", "from bridge.tools import name_problem", "bridge.tools"),
+        ("bridge.scoring.naming", "from bridge.upstream import Upstream", "bridge.upstream"),
+        ("bridge.http.rest", "from bridge.commands.replay import main", "bridge.commands.replay"),
+    ],
+)
+def test_checker_catches_a_forbidden_import(module: str, added: str, offending: str) -> None:
+    problems = violations(module, source_of(module) + "\n\n" + added + "\n")
+    assert len(problems) == 1, problems
+    assert f"imports {offending} " in problems[0]
+    assert str(MODULES[module].relative_to(ROOT)) in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("module", "added"),
+    [
+        ("bridge.upstream.transport", "from bridge.settings import Settings"),
+        ("bridge.upstream.transport", "from bridge import tracing"),
+        ("bridge.upstream.transport", "from . import cookies"),
+        ("bridge.scoring.verify", "from bridge.calllog import ToolCallRecord"),
+        ("bridge.scoring.verify", "from .naming import render"),
+        ("bridge.service", "from bridge.scoring import verify"),
+        ("bridge.http.rest", "from bridge.service import Bridge"),
+        ("bridge.commands.cli", "from bridge.http.serving import ServingApp"),
+    ],
+)
+def test_checker_allows_imports_along_the_path(module: str, added: str) -> None:
+    assert violations(module, source_of(module) + "\n\n" + added + "\n") == []
