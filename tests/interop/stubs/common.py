@@ -28,10 +28,36 @@ Solution = list[tuple[str, dict[str, Any]]]
 WRITE_ENV = "GYM_MCP_BRIDGE_WRITE_CLIENT_NAMES"
 
 
+class StubHandler(BaseHTTPRequestHandler):
+    """What every stub's request handler shares: no request log, each answer sent whole with its
+    length (``_send``), the body read by its length (``_read``), and ``GET`` answered 404 with the
+    API's own error shape (``not_found``), each path recorded in ``paths`` (the stub's list)."""
+
+    paths: list[str]
+    not_found = b'{"error": {"message": "stub"}}'
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _read(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
+    def do_GET(self) -> None:
+        self.paths.append(f"GET {self.path}")
+        self._send(404, self.not_found)
+
+
 class LocalStub:
     """A local HTTP server on 127.0.0.1 (a free port) served from a thread while used as a context
     manager. Subclasses set their own state, then call ``super().__init__()``, and give their
-    request handler class from ``_handler``."""
+    request handler class (a ``StubHandler``) from ``_handler``."""
 
     def __init__(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub
+from tests.interop.stubs.common import LocalStub, StubHandler
 
 Solution = list[tuple[str, dict[str, Any]]]
 
@@ -95,27 +94,16 @@ class StubGeminiApi(LocalStub):
                 "responseId": f"stub-{len(self.requests)}",
             }
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[StubHandler]:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: bytes, kind: str) -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def do_GET(self) -> None:
-                stub.paths.append(f"GET {self.path}")
-                self._send(404, b'{"error": {"code": 404, "message": "stub"}}', "application/json")
+        class Handler(StubHandler):
+            paths = stub.paths
+            not_found = b'{"error": {"code": 404, "message": "stub"}}'
 
             def do_POST(self) -> None:
                 stub.paths.append(f"POST {self.path}")
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                raw = self._read()
                 path = self.path.split("?", 1)[0]
                 body = json.loads(raw) if raw else {}
                 if path.endswith(":countTokens"):

@@ -16,10 +16,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub
+from tests.interop.stubs.common import LocalStub, StubHandler
 
 Solution = list[tuple[str, dict[str, Any]]]
 PLAN_TAG = "stub_plan"
@@ -130,25 +129,19 @@ class StubGymModelServer(LocalStub):
             "content": [{"type": "output_text", "text": text, "annotations": []}],
         }
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[StubHandler]:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(StubHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
+            paths: list[str] = []  # noqa: RUF012 - this stub does not record paths
+            not_found = b'{"detail": "Not Found"}'
 
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                body = json.loads(self._read() or b"{}")
                 if self.path.rstrip("/") != "/v1/responses":
-                    payload, status = b'{"detail": "Not Found"}', 404
+                    self._send(404, self.not_found)
                 else:
-                    payload, status = json.dumps(stub.answer(body)).encode(), 200
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                    self._send(200, json.dumps(stub.answer(body)).encode())
 
         return Handler

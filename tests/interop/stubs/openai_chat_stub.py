@@ -14,10 +14,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub, Solution
+from tests.interop.stubs.common import LocalStub, Solution, StubHandler
 
 
 @dataclass
@@ -114,27 +113,16 @@ class StubChatCompletions(LocalStub):
             },
         ]
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[StubHandler]:
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: bytes, kind: str) -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def do_GET(self) -> None:
-                stub.paths.append(f"GET {self.path}")
-                self._send(404, b'{"error": {"message": "stub"}}', "application/json")
+        class Handler(StubHandler):
+            paths = stub.paths
+            not_found = b'{"error": {"message": "stub"}}'
 
             def do_POST(self) -> None:
                 stub.paths.append(f"POST {self.path}")
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                raw = self._read()
                 body = json.loads(raw) if raw else {}
                 if not self.path.split("?", 1)[0].endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "stub"}}', "application/json")
