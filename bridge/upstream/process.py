@@ -280,11 +280,12 @@ class Upstream:
             code = await self._proc.wait()
             if self._stopping:
                 return
-            await self._drain_log()
+            died = f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
             self.exit_code = code
             self.ready = False
+            self.not_ready_reason = died
             self.generation += 1
-            died = f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
+            await self._drain_log()
             log.error("%s; every session it held is lost%s", died, self._tail_text())
             if not self.settings.restart_upstream:
                 self.not_ready_reason = f"{died} (restart_upstream is off){self._tail_text()}"
@@ -313,6 +314,11 @@ class Upstream:
         try:
             response = await self.client.get(f"{self.url}/openapi.json", timeout=2.0)
         except httpx.HTTPError as exc:
+            code = await self._death(self._proc)
+            if code is not None:  # a managed child's socket closes a moment before its exit is reaped
+                return (
+                    f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
+                )
             return f"upstream {self.url} unreachable: {_describe(exc)}"
         if response.status_code != 200:
             return f"upstream {self.url} answered HTTP {response.status_code} to /openapi.json"
@@ -322,15 +328,22 @@ class Upstream:
         """Why a request to the upstream failed; names the process's death when the managed child
         died under the request (its connection drops a moment before the exit is reaped)."""
         proc = self._proc
-        if proc is not None and not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), _DEATH_WAIT_S)
-            if proc.returncode is not None:
-                return (
-                    f"the upstream process {self.settings.resources_server} (pid {proc.pid}) died "
-                    f"({_exit_text(proc.returncode)}) during the call; every session it held is lost"
-                )
+        code = await self._death(proc)
+        if proc is not None and code is not None:
+            return (
+                f"the upstream process {self.settings.resources_server} (pid {proc.pid}) died "
+                f"({_exit_text(code)}) during the call; every session it held is lost"
+            )
         return self.not_ready_reason if not self.ready else _describe(exc)
+
+    async def _death(self, proc: asyncio.subprocess.Process | None) -> int | None:
+        """The managed child's exit code when it has died (waiting ``_DEATH_WAIT_S`` for the exit to
+        be reaped), else None; None too while stopping, when its death is expected."""
+        if proc is None or self._stopping:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), _DEATH_WAIT_S)
+        return proc.returncode
 
     async def stop(self) -> None:
         self._stopping = True
