@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 
 from benchmarks.procs import free_port
 from bridge.commands import replay
@@ -251,22 +250,15 @@ async def gymnasium_native(upstream_url: str, row: dict[str, Any], response: dic
 
 async def gymnasium_bridged(url: str, row: dict[str, Any], response: dict[str, Any]) -> float:
     """The same loop through the bridge: a seeded session, ``reset`` and ``step`` as MCP tools."""
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
-    async with httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http:
-        seed = await http.post("/seed_session", json=row)
-        seed.raise_for_status()
-    mcp = seed.json()["mcp"]
     async with (
-        httpx2.AsyncClient(headers=mcp["headers"], timeout=ROLLOUT_TIMEOUT_S) as mcp_http,
-        Client(streamable_http_client(mcp["url"], http_client=mcp_http), mode="legacy") as client,
+        httpx.AsyncClient(base_url=url, timeout=ROLLOUT_TIMEOUT_S) as http,
+        replay.seeded_client(http, row, ROLLOUT_TIMEOUT_S) as (_, client),
     ):
         steps = [("reset", row)] + [("step", row | {"response": a}) for a in model_turns(response)]
         total = 0.0
         for name, arguments in steps:
             result = await client.call_tool(name, arguments)
-            text = "".join(getattr(part, "text", "") for part in result.content)
+            text = replay.result_text(result)
             if result.is_error:
                 raise RuntimeError(f"{name}: {text[:300]}")
             if name == "step":

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from benchmarks.procs import wait_for_boot
+from benchmarks.procs import free_port, wait_for_boot
 
 ROOT = Path(__file__).resolve().parent.parent
 GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
@@ -35,12 +34,6 @@ BRIDGE = [sys.executable, "-m", "bridge"]
 BOOT = ROOT / "bridge" / "upstream" / "boot.py"
 SECRET = "test-secret-0123456789abcdef0123456789"
 HEADER = "X-NeMo-Gym-Session-Token"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def gym_data(env: str, name: str = "example.jsonl") -> list[dict[str, Any]]:
@@ -152,6 +145,14 @@ def spawn_bridge(log_dir: Path) -> Iterator[Any]:
     yield spawn
     for bridge in started:
         bridge.stop()
+
+
+@pytest.fixture(scope="module")
+def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
+    """``workplace_assistant`` in managed mode, one per test module (the harness tests share it)."""
+    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
+    yield bridge
+    bridge.stop()
 
 
 def wait_for_upstream(proc: subprocess.Popen[bytes], port_file: Path, log: Path, deadline: float) -> str:

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -116,13 +115,6 @@ def sdk_version() -> Iterator[str]:
     assert version == AGENTS_VERSION
     set_tracing_disabled(True)
     yield version
-
-
-@pytest.fixture(scope="module")
-def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
 
 
 def printed_snippet(bridge_url: str, row: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ import httpx
 import pytest
 
 from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.node import ensure_packages
+from tests.interop.node import installed_cli
 from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
 from tests.interop.stubs.common import (
     Solution,
@@ -52,20 +52,7 @@ STUB_MODEL = "claude-stub-model"
 
 @pytest.fixture(scope="module")
 def claude() -> Iterator[str]:
-    installed = ensure_packages("claude-code")
-    binary = installed.bin("claude")
-    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == f"{CLAUDE_VERSION} (Claude Code)"
-    print(f"\nclaude-code {CLAUDE_VERSION}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
-    yield str(binary)
-
-
-@pytest.fixture(scope="module")
-def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
+    yield installed_cli("claude-code", "claude", f"{CLAUDE_VERSION} (Claude Code)")
 
 
 def client_config(bridge_url: str, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:

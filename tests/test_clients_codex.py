@@ -35,7 +35,7 @@ import pytest
 
 from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
 from tests.interop.client_names import FIXTURES
-from tests.interop.node import Installed, ensure_packages
+from tests.interop.node import installed_cli
 from tests.interop.stubs.common import LocalStub, check_names, native_reward, upstream_url
 
 CODEX_VERSION = "0.171.0"
@@ -268,20 +268,7 @@ class RecordingProxy(LocalStub):
 
 @pytest.fixture(scope="module")
 def codex() -> Iterator[str]:
-    installed: Installed = ensure_packages("codex")
-    binary = installed.bin("codex")
-    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == f"codex-cli {CODEX_VERSION}"
-    print(f"\ncodex {CODEX_VERSION}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
-    yield str(binary)
-
-
-@pytest.fixture(scope="module")
-def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
+    yield installed_cli("codex", "codex", f"codex-cli {CODEX_VERSION}")
 
 
 def counter_rows() -> list[dict[str, Any]]:

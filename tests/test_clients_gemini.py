@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.node import ensure_packages
+from tests.interop.node import installed_cli
 from tests.interop.stubs.common import (
     Solution,
     check_names,
@@ -50,23 +50,7 @@ MODEL = "gemini-2.5-flash"  # any name: the stub answers for every model
 
 @pytest.fixture(scope="module")
 def gemini() -> Iterator[str]:
-    installed = ensure_packages("gemini")
-    binary = installed.bin("gemini")
-    version = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "GEMINI_CLI_NO_RELAUNCH": "1"},
-    )  # fmt: skip
-    assert version.returncode == 0, version.stderr
-    assert version.stdout.strip().splitlines()[-1] == GEMINI_VERSION
-    print(f"\ngemini-cli {GEMINI_VERSION}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
-    yield str(binary)
-
-
-@pytest.fixture(scope="module")
-def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
+    yield installed_cli("gemini", "gemini", GEMINI_VERSION, {"GEMINI_CLI_NO_RELAUNCH": "1"}, last_line=True)
 
 
 def client_config(bridge_url: str, row: dict[str, Any]) -> dict[str, Any]:

@@ -95,13 +95,6 @@ def verifiers_python() -> Path:
         pytest.skip(f"the Verifiers environment could not be built here: {exc}")
 
 
-@pytest.fixture(scope="module")
-def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", "workplace_assistant"]).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
-
-
 def tool_calls_by_transport(bridge: BridgeProcess) -> dict[str, float]:
     text = httpx.get(f"{bridge.url}/metrics", timeout=10).text
     totals: dict[str, float] = {}

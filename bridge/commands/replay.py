@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import json
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,14 +135,12 @@ def _arguments(item: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-async def replay_over_mcp(
-    http: httpx.AsyncClient,
-    row: dict[str, Any],
-    response: dict[str, Any],
-    convention: str,
-    server_alias: str | None,
-) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """Seed, re-issue the calls over MCP, verify the renamed trajectory. Returns (verify JSON, response, emitted)."""
+@contextlib.asynccontextmanager
+async def seeded_client(
+    http: httpx.AsyncClient, row: dict[str, Any], timeout: float = 120
+) -> AsyncIterator[tuple[dict[str, Any], Any]]:
+    """Seed a session with ``row`` through the bridge ``http`` points at; yield the seed answer's
+    ``mcp`` metadata and the official MCP SDK client on that session (closed on exit)."""
     # Imported here, not at the top: ``serve`` builds this command's parser too, and must not wait
     # for the MCP client side to import before it starts the upstream.
     import httpx2
@@ -151,20 +151,35 @@ async def replay_over_mcp(
     if seed.status_code != 200:
         raise RuntimeError(f"seed answered HTTP {seed.status_code}: {seed.text[:300]}")
     mcp = seed.json()["mcp"]
-    server = server_alias or mcp["server_name"]
-    if convention == "claude-plugin" and ":" not in server:
-        server = f"gym:{server}"
+    async with (
+        httpx2.AsyncClient(headers=mcp["headers"], timeout=timeout) as mcp_http,
+        Client(streamable_http_client(mcp["url"], http_client=mcp_http), mode="legacy") as client,
+    ):
+        yield mcp, client
+
+
+def result_text(result: Any) -> str:
+    """The text parts of an MCP ``CallToolResult``, joined."""
+    return "".join(getattr(part, "text", "") for part in result.content)
+
+
+async def replay_over_mcp(
+    http: httpx.AsyncClient,
+    row: dict[str, Any],
+    response: dict[str, Any],
+    convention: str,
+    server_alias: str | None,
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Seed, re-issue the calls over MCP, verify the renamed trajectory. Returns (verify JSON, response, emitted)."""
     response = copy.deepcopy(response)
     calls = trajectory.function_calls(response)
     outputs: dict[str, str] = {}
-    async with (
-        httpx2.AsyncClient(headers=mcp["headers"], timeout=120) as mcp_http,
-        Client(streamable_http_client(mcp["url"], http_client=mcp_http), mode="legacy") as client,
-    ):
+    async with seeded_client(http, row) as (mcp, client):
         for item in calls:
-            result = await client.call_tool(item["name"], _arguments(item))
-            text = "".join(getattr(part, "text", "") for part in result.content)
-            outputs[item["call_id"]] = text
+            outputs[item["call_id"]] = result_text(await client.call_tool(item["name"], _arguments(item)))
+    server = server_alias or mcp["server_name"]
+    if convention == "claude-plugin" and ":" not in server:
+        server = f"gym:{server}"
     emitted = []
     for item in calls:
         item["name"] = naming.render(item["name"], server, convention)

@@ -22,7 +22,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import tracing
 from bridge.http.mcp import McpEndpoint
-from bridge.http.requests import arguments_too_large, body_too_large, json_too_deep_async, read_body
+from bridge.http.requests import (
+    arguments_too_large,
+    body_too_large,
+    json_too_deep_async,
+    read_body,
+    text_headers,
+)
 from bridge.http.responses import error
 from bridge.service import Bridge
 from bridge.settings import Settings
@@ -113,26 +119,27 @@ class Guard:
             reason = f"request headers too large ({size} bytes, limit {settings.max_header_bytes}; max_header_bytes)"
             await self._refuse(scope, receive, send, 431, reason, "header_size", mcp)
             return
+        found = dict(headers)
         if self.security.enable_dns_rebinding_protection and path not in PROBE_PATHS:
-            refused = rebinding_refusal(dict(headers), self.security)
+            refused = rebinding_refusal(found, self.security)
             if refused is not None:
                 await self._refuse(scope, receive, send, *refused, mcp)
                 return
         if mcp and scope["method"] == "POST":
-            await self._mcp_post(scope, receive, send)
+            await self._mcp_post(scope, receive, send, found.get(b"content-length"))
             return
         if tracing.ENABLED and path not in PROBE_PATHS and path != "/metrics":
-            parent = tracing.parent_from(_text_headers(headers))
+            parent = tracing.parent_from(text_headers(headers))
             with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **{"url.path": path}):
                 await self.app(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    async def _mcp_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _mcp_post(
+        self, scope: Scope, receive: Receive, send: Send, content_length: bytes | None
+    ) -> None:
         settings = self.settings
-        body = await read_body(
-            receive, dict(scope["headers"]).get(b"content-length"), settings.max_body_bytes
-        )
+        body = await read_body(receive, content_length, settings.max_body_bytes)
         if body.too_large:
             await self._refuse(
                 scope, receive, send, 413, body_too_large(settings.max_body_bytes), "body_size", True
@@ -154,7 +161,7 @@ class Guard:
         try:
             if tracing.ENABLED:
                 method, tool, meta = _rpc_summary(data)
-                parent = tracing.parent_from(_text_headers(scope["headers"]), meta)
+                parent = tracing.parent_from(text_headers(scope["headers"]), meta)
                 attributes = {"mcp.method.name": method, "gym.tool": tool}
                 with tracing.span(f"mcp {method}", SpanKind.SERVER, parent, **attributes):
                     await self.mcp.post(scope, data, body.replay, send)
@@ -186,10 +193,6 @@ async def _answer_error(
     else:
         response = error(status, reason)
     await response(scope, receive, send)
-
-
-def _text_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
 
 
 def _rpc_summary(body: bytes) -> tuple[str, str | None, Any]:

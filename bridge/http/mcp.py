@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
 from bridge.http.forwarding import Forwarding
-from bridge.http.requests import read_body
+from bridge.http.requests import read_body, text_headers
 from bridge.service import Bridge, Foreign, Rejected
 from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
 
@@ -317,8 +317,7 @@ class _FastPath:
         the envelope names this revision) and its ``_meta`` validates for ``tools/call``."""
         from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
 
-        text_headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()}
-        verdict = classify_inbound_request(message, headers=text_headers)
+        verdict = classify_inbound_request(message, headers=text_headers(headers.items()))
         if not isinstance(verdict, InboundModernRoute) or verdict.protocol_version != version:
             return False
         meta = params.get("_meta")

@@ -8,6 +8,7 @@ bodies here too. Nothing else reads a request body.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,11 @@ async def read_body(receive: Receive, content_length: str | bytes | None, limit:
         return consumed.pop(0) if consumed else await receive()
 
     return Body(data, too_large, replay)
+
+
+def text_headers(pairs: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw ASGI headers as text, for the libraries that read headers as ``str`` (tracing, the MCP SDK)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in pairs}
 
 
 def body_too_large(limit: int) -> str:

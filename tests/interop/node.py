@@ -72,3 +72,25 @@ def ensure_packages(name: str, timeout_s: float = 600) -> Installed:
         )
     stamp.write_text(digest)
     return Installed(name, target, time.monotonic() - started)
+
+
+def installed_cli(
+    name: str, command: str, version: str, env: dict[str, str] | None = None, last_line: bool = False
+) -> str:
+    """The path of ``command`` from package set ``name`` (installed if needed), once its
+    ``--version`` prints exactly ``version`` (or, with ``last_line``, ends with that line); prints
+    how long the install took."""
+    installed = ensure_packages(name)
+    binary = installed.bin(command)
+    result = subprocess.run(
+        [str(binary), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout.strip()
+    assert (printed.splitlines()[-1] if last_line else printed) == version, result.stdout
+    print(f"\n{name} {version}: npm ci took {installed.seconds:.1f}s (0 = already installed)")
+    return str(binary)

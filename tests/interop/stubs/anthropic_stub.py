@@ -11,7 +11,6 @@ After the last call it answers with a short text. Requests that carry no tool of
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from tests.interop.stubs.common import LocalStub, StubHandler
@@ -26,8 +25,6 @@ class StubAnthropicMessages(LocalStub):
         self.requests: list[dict[str, Any]] = []  # every /v1/messages body
         self.loop_requests: list[dict[str, Any]] = []  # the ones that offered the solution's tools
         self.emitted: list[str] = []  # tool names the stub called, as offered by the client
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
         super().__init__()
 
     @property

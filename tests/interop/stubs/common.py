@@ -60,6 +60,8 @@ class LocalStub:
     request handler class (a ``StubHandler``) from ``_handler``."""
 
     def __init__(self) -> None:
+        self.paths: list[str] = []  # every request's method and path, in arrival order
+        self._lock = threading.Lock()  # for the subclass's state: requests arrive on many threads
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -13,7 +13,6 @@ requests) get a short text answer.
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 from tests.interop.stubs.common import LocalStub, StubHandler
@@ -28,8 +27,6 @@ class StubGeminiApi(LocalStub):
         self.requests: list[dict[str, Any]] = []
         self.loop_requests: list[dict[str, Any]] = []
         self.emitted: list[str] = []
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
         super().__init__()
 
     @property

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +55,6 @@ class StubGymModelServer(LocalStub):
         self.offered: set[str] = set()  # tool names the agent offered
         self.unknown: list[str] = []  # requests that matched no registered row
         self._ids = itertools.count()
-        self._lock = threading.Lock()
         super().__init__()
 
     def add(self, create_params: dict[str, Any], plan: Plan) -> None:
@@ -134,7 +132,7 @@ class StubGymModelServer(LocalStub):
 
         class Handler(StubHandler):
             protocol_version = "HTTP/1.1"
-            paths: list[str] = []  # noqa: RUF012 - this stub does not record paths
+            paths = stub.paths
             not_found = b'{"detail": "Not Found"}'
 
             def do_POST(self) -> None:

@@ -11,7 +11,6 @@ a text answer. Offered and emitted names are recorded per plan.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,6 @@ class StubChatCompletions(LocalStub):
     def __init__(self) -> None:
         self.plans: dict[str, ChatPlan] = {}
         self.unknown: list[str] = []  # requests naming no plan (or a tool that was not offered)
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
         super().__init__()
 
     @property
