@@ -31,7 +31,14 @@ from bridge.metrics import Metrics
 from bridge.peers import Peers, default_peers
 from bridge.scoring import provenance, trajectory
 from bridge.scoring import verify as verify_mod
-from bridge.sessions import Session, SessionCapReached, SessionError, SessionLost, SessionRegistry
+from bridge.sessions import (
+    Session,
+    SessionCapReached,
+    SessionError,
+    SessionLost,
+    SessionRegistry,
+    restarted_reason,
+)
 from bridge.settings import Settings, advertise_url
 from bridge.tokens import HEADER, ForeignIssuer, TokenError, TokenSigner
 from bridge.tools import InvalidToolName, ToolSets
@@ -204,6 +211,10 @@ class Bridge:
         except SessionLost as exc:
             raise Rejected(str(exc), "lost") from exc
         except SessionError as exc:
+            if claims.issued_at < int(self.started_at):  # signed by us, before this process started
+                raise Rejected(
+                    restarted_reason(claims.sid, claims.issued_at, self.started_at), "lost"
+                ) from exc
             raise Rejected(str(exc), "session") from exc
         if tool is not None and not claims.allows(tool, session.tool_names):
             allowed = ", ".join(claims.tools if claims.tools is not None else session.tool_names) or "none"

@@ -3,7 +3,8 @@
 ``/seed_session`` creates a ``Session`` (seeded row as compact JSON bytes, the upstream cookie,
 the session's interned tool set, the upstream generation it was built on, expiry) and the token
 that names it. Every request carrying that token looks the session up here, in this order of
-refusals: unknown id, closed, expired, lost (the upstream restarted since the seed). The
+refusals: unknown id, closed, expired, lost (the upstream restarted since the seed; or, decided by
+``Bridge.authorize`` from the token's issue time, the bridge itself restarted since). The
 registry is bounded: at most ``max_sessions`` open sessions (``SessionCapReached`` past that),
 and tombstones of closed or lost sessions kept only until their tokens would have expired anyway.
 
@@ -32,6 +33,19 @@ LOST_REASON = (
     "session lost: the upstream resources server restarted after this session was seeded, "
     "its state is gone; seed a new session"
 )
+
+
+def restarted_reason(sid: str, issued_at: int, started_at: float) -> str:
+    """The refusal for a session this bridge's own key signed before this process started: the
+    sessions lived in the previous process's memory."""
+    seeded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(issued_at))
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at))
+    return (
+        f"session lost: session {sid} was seeded at {seeded}, before this bridge restarted at "
+        f"{started}; its state is gone; seed a new session"
+    )
+
+
 CLOSED_REASON = "session closed (its token was revoked by /close_session)"
 EXPIRED_REASON = "session expired"
 DEFAULT_MAX_SESSION_LOG_BYTES = 16 * 1024 * 1024

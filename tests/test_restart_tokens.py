@@ -1,0 +1,85 @@
+"""A token seeded before the bridge restarted: refused with the reason that the bridge restarted,
+over REST and MCP, and told apart from a token that was never seeded here.
+
+Real parts: a Gym counter server (external mode, so only the bridge restarts) and the bridge in a
+child process, stopped and started again on the same port with the same signing key, as
+``docker compose down``/``up`` or a pod restart does. The expected reason is the issue's wording:
+the session was lost because the bridge restarted. A "never seeded" token is forged here with the
+deployment's own key and issuer and an issue time after the restart: only the issue time, which the
+signature covers, tells the two apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import jwt
+import pytest
+
+from tests.conftest import SECRET, BridgeProcess, counter_row, mcp_client
+from bridge.tokens import HEADER
+
+
+def _refusal_line(text: str) -> str:
+    assert "Traceback" not in text, text
+    return text
+
+
+@pytest.mark.anyio
+async def test_token_seeded_before_a_restart_is_lost_because_the_bridge_restarted(
+    spawn_bridge, gym_upstream
+) -> None:  # type: ignore[no-untyped-def]
+    upstream = gym_upstream()
+    args = ["--upstream-url", upstream.url, "--server-name", "counter"]
+    first: BridgeProcess = spawn_bridge(args)
+    seed = first.seed(counter_row(2, 3))
+    token = seed["mcp"]["headers"][HEADER]
+    sid = jwt.decode(token, options={"verify_signature": False})["sid"]
+    async with mcp_client(seed["mcp"]["url"], token) as client:
+        assert not (await client.call_tool("increment_counter", {"count": 1})).is_error
+    assert first.stop() == 0
+    time.sleep(1.1)  # the restarted process starts in a later second than the token's iat
+    second: BridgeProcess = spawn_bridge(args, port=first.port)
+    assert second.url == first.url
+
+    # REST: a tool call and /verify
+    for path, body in (("/get_counter_value", {}), ("/verify", {**counter_row(2, 3), "response": {}})):
+        refused = httpx.post(f"{second.url}{path}", json=body, headers={HEADER: token}, timeout=30)
+        assert refused.status_code == 409, refused.text
+        detail = _refusal_line(refused.json()["detail"])
+        assert "\n" not in detail
+        assert "bridge restarted" in detail and sid in detail, detail
+        assert "never seeded" not in detail
+
+    # MCP: tools/call with the old token
+    async with mcp_client(f"{second.url}/mcp", token) as client:
+        try:
+            result = await client.call_tool("get_counter_value", {})
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            assert result.is_error, text
+        except Exception as exc:  # a JSON-RPC error carrying the refusal
+            text = str(exc) + str(getattr(exc, "error", ""))
+    assert "bridge restarted" in text and sid in text, text
+
+    # A token signed with the same key and issuer, issued after the restart, for a session that was
+    # never seeded: the plain unknown-session refusal, not "restarted".
+    claims = jwt.decode(token, options={"verify_signature": False})
+    now = int(time.time())
+    forged = jwt.encode(
+        {**claims, "sid": "0" * 32, "iat": now, "nbf": now, "exp": now + 600}, SECRET, algorithm="HS256"
+    )
+    unknown = httpx.post(f"{second.url}/get_counter_value", json={}, headers={HEADER: forged}, timeout=30)
+    assert unknown.status_code == 401, unknown.text
+    assert "never seeded here" in unknown.json()["detail"], unknown.text
+    assert "restarted" not in unknown.json()["detail"]
+
+    # A fresh session on the restarted bridge is served as usual.
+    fresh = second.seed(counter_row(5, 5))
+    served = httpx.post(
+        f"{second.url}/get_counter_value",
+        json={},
+        headers={HEADER: fresh["mcp"]["headers"][HEADER]},
+        timeout=30,
+    )
+    assert served.status_code == 200 and served.json() == {"count": 5}, served.text
