@@ -17,8 +17,8 @@ import httpx
 import jwt
 import pytest
 
-from tests.conftest import SECRET, BridgeProcess, counter_row, mcp_client
 from bridge.tokens import HEADER
+from tests.conftest import SECRET, BridgeProcess, counter_row, mcp_client
 
 
 def _refusal_line(text: str) -> str:
