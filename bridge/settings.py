@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     api_key_file: Path | None = Field(
         None, description="file holding the api_key (read once at startup; not with api_key)"
     )
+    state_dir: Path | None = Field(
+        None,
+        description="directory where the signing key and the api_key not given otherwise are generated "
+        "on first start and kept (files signing_key, api_key, mode 0600; compose: a named volume)",
+    )
     tools_from: Annotated[list[ToolSource], NoDecode] = Field(
         ["row", "openapi"], description="where a session's tools come from, first non-empty wins"
     )

@@ -1,4 +1,4 @@
-"""Command line: ``gym-mcp-bridge serve | replay | client-config`` (also ``python -m bridge``).
+"""Command line: ``gym-mcp-bridge serve | replay | client-config | show-config`` (also ``python -m bridge``).
 
 ``serve`` builds ``Settings`` from ``GYM_MCP_BRIDGE_*`` variables and ``--flags`` (one flag per
 settings field, generated from the model), binds the port first (a port in use is a one-line
@@ -50,7 +50,8 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_text)
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def settings_from(args: argparse.Namespace) -> tuple[Settings, list[str]]:
+    """The settings ``serve`` runs with, and lines to log once logging is on (where keys are kept)."""
     given = {
         name: getattr(args, name) for name in Settings.model_fields if getattr(args, name, None) is not None
     }
@@ -58,12 +59,36 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings = Settings(**given)
     except ValidationError as exc:
         raise StartupError(describe_error(exc)) from exc
+    settings, notes = with_state_dir(settings)
     settings = with_api_key_file(settings)
     if settings.api_key is not None and settings.api_key.get_secret_value() in PLACEHOLDER_KEYS:
         raise StartupError(
             f"invalid settings: the api_key is the placeholder shipped in the examples; make one with: {MAKE_KEY}"
         )
-    return settings
+    return settings, notes
+
+
+def with_state_dir(settings: Settings) -> tuple[Settings, list[str]]:
+    """``settings`` using the keys of ``state_dir`` (generated on first start) where none is given,
+    and one line per such key saying where it is (never the key)."""
+    from bridge.commands import keyfiles
+
+    try:
+        settings, files = keyfiles.use_state_dir(settings)
+    except ValueError as exc:
+        raise StartupError(f"invalid settings: {exc}") from exc
+    notes = []
+    for name, found in files.items():
+        what = "signing key" if name == keyfiles.SIGNING_KEY else "REST API key"
+        when = "generated on this first start" if found.created else "kept from an earlier start"
+        hint = (
+            "; print it and the MCP URL with: gym-mcp-bridge show-config "
+            "(compose: docker compose exec bridge gym-mcp-bridge show-config)"
+            if name == keyfiles.API_KEY
+            else ""
+        )
+        notes.append(f"{what}: {found.path} ({when}){hint}")
+    return settings, notes
 
 
 def with_api_key_file(settings: Settings) -> Settings:
@@ -199,9 +224,11 @@ def _run(coro: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings, notes = settings_from(args)
     configure_logging(settings.log_level)
     warn_secret_flags(args)
+    for note in notes:
+        log.info("%s", note)
     _run(serve(settings))
     return 0
 
@@ -217,10 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve_parser)
     serve_parser.set_defaults(handler=cmd_serve)
-    from bridge.commands import client_config, replay
+    from bridge.commands import client_config, replay, show_config
 
     replay.add_parser(commands)
     client_config.add_parser(commands)
+    show_config.add_parser(commands)
     add_provenance_parser(commands)
     return parser
 
