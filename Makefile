@@ -7,10 +7,10 @@ UV_VERSION := 0.13.9
 NEMO_GYM_VERSION ?= 0.4.0
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.cache/uv-venv/bin/uv)
 BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find-python.sh 3.12)
-GYM_PYTHON_BASE ?= $(shell scripts/find-python.sh 3.12)
+GYM_PYTHON_BASE ?=# empty: setup-gym-env.sh picks 3.12 for nemo-gym <= 0.4, 3.13 for later
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint fmt bench sweep clean
+.PHONY: setup gym-env run test lint fmt bench sweep clean
 
 $(CURDIR)/.cache/uv-venv/bin/uv:
 	python3 -m venv .cache/uv-venv
@@ -18,7 +18,10 @@ $(CURDIR)/.cache/uv-venv/bin/uv:
 
 setup: $(UV)
 	$(UV) sync -q --frozen --python "$(BRIDGE_PYTHON)"
-	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env "$(GYM_PYTHON_BASE)"
+	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env $(GYM_PYTHON_BASE)
+
+gym-env: $(UV)
+	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env-$(NEMO_GYM_VERSION) $(GYM_PYTHON_BASE)
 
 run: setup
 	.venv/bin/gym-mcp-bridge serve $(ARGS)
@@ -43,4 +46,4 @@ sweep: setup
 	.venv/bin/python -m benchmarks.sweep --out docs/compatibility.md --json benchmarks/results/sweep.json $(ARGS)
 
 clean:
-	rm -rf .venv .gym-env .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .gym-env .gym-env-* .cache .pytest_cache .mypy_cache .ruff_cache

@@ -1,14 +1,14 @@
 """Boot a Gym >= 0.5 resources server with its own in-process MCP endpoint (``expose_tools_over_mcp``).
 
-Run by the benchmark under the nemo-gym 0.7.0 interpreter (``.cache/bench/gym07-env``), never imported
-by the bridge. It reuses ``bridge/upstream/boot.py`` (server resolution, socket binding, port file) and
+Run by the benchmark under the nemo-gym 0.7.0 interpreter (``.gym-env-0.7.0``, built by
+``make gym-env NEMO_GYM_VERSION=0.7.0``), never imported by the bridge. It reuses ``bridge/upstream/boot.py`` (server resolution, socket binding, port file) and
 differs only in building the app the way Gym's own ``run_webserver`` does when the config sets
 ``expose_tools_over_mcp: true``: ``setup_webserver()``, then ``maybe_auto_expose(server, app)`` (mounts
 ``/mcp`` and wraps ``/seed_session`` to hand out the session token), then liveness, the exception
 middleware and the cancellation middleware.
 
-nemo-gym 0.7.0 requires Python >= 3.13.14; this machine's newest is 3.13.0, so the benchmark installs
-it with ``pip install --ignore-requires-python``. That is acceptable for benchmarking only.
+nemo-gym 0.7.0 declares Python >= 3.13.14; this machine's newest is 3.13.0, on which
+``scripts/setup-gym-env.sh`` installs it as if it were 3.13.14 (docs/gym-versions.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ BOOT = ROOT / "bridge" / "upstream" / "boot.py"
 BRIDGE = [sys.executable, "-m", "bridge"]
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 SERVER = "example_session_state_mgmt"
-GYM07_ENV = CACHE / "gym07-env"
+GYM07_ENV = ROOT / ".gym-env-0.7.0"  # make gym-env NEMO_GYM_VERSION=0.7.0
 FASTMCP_ENV = CACHE / "fastmcp-env"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -323,46 +323,25 @@ def _imports(python: Path, code: str) -> bool:
 
 
 GYM07_CHECK = "import nemo_gym.mcp_auto_exposure, resources_servers.example_session_state_mgmt.app"
-GYM07_DEPS = [
-    "aiohttp", "fastapi", "gprof2dot", "hydra-core", "itsdangerous", "mcp>=1.28.1,<2", "omegaconf",
-    "openai==2.44.0", "anthropic", "orjson", "pandas", "pydantic", "pydot", "ray>=2.55.1", "requests",
-    "rich", "typing-extensions", "uvicorn", "wandb", "yappi", "PyJWT", "psutil", "uvloop", "httptools",
-    "jinja2", "devtools", "tqdm", "scipy",
-]  # fmt: skip
 
 
 def ensure_gym07_env(log: Path) -> str | None:
-    """Build ``.cache/bench/gym07-env`` (nemo-gym 0.7.0 + its resource-server import slice).
-
-    nemo-gym >= 0.5 requires Python >= 3.13.14. This machine's newest 3.13 is older, so nemo-gym is
-    installed with ``pip install --ignore-requires-python`` -- acceptable for benchmarking only, never
-    for serving. Returns None when ready, else the reason the column is skipped."""
+    """Build ``.gym-env-0.7.0`` with the project's one builder (``make gym-env NEMO_GYM_VERSION=0.7.0``:
+    ``scripts/setup-gym-env.sh``, stamp-cached; it states the Python >= 3.13.14 question and installs
+    on this machine's 3.13.0 as if it were 3.13.14). Returns None when ready, else why the column is
+    skipped."""
     python = GYM07_ENV / "bin" / "python"
-    if _imports(python, GYM07_CHECK):
-        return None
-    base = _find_python("3.13")
-    if base is None:
-        return "no Python 3.13 interpreter on this machine (nemo-gym 0.7.0 needs >= 3.13.14)"
+    env = {**os.environ, "UV": _uv(), "NEMO_GYM_VERSION": "0.7.0"}
     try:
-        _run([_uv(), "venv", "-q", "--seed", "--clear", "--python", base, str(GYM07_ENV)], log)
-        _run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--no-deps",
-                "--ignore-requires-python",
-                "nemo-gym==0.7.0",
-            ],
-            log,
-        )
-        _run([_uv(), "pip", "install", "-q", "--python", str(python), *GYM07_DEPS], log)
+        with log.open("ab") as out:
+            subprocess.run(
+                [str(ROOT / "scripts" / "setup-gym-env.sh"), str(GYM07_ENV)],
+                stdout=out, stderr=subprocess.STDOUT, env=env, check=True, timeout=900,
+            )  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
         return f"could not build the nemo-gym 0.7.0 environment ({exc}); see {log}"
     if not _imports(python, GYM07_CHECK):
-        return f"nemo-gym 0.7.0 does not import on {base}; see {log}"
+        return f"nemo-gym 0.7.0 does not import in {GYM07_ENV}; see {log}"
     return None
 
 

@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# Builds the Gym environment the upstream runs in: a venv on Python >= 3.12 holding nemo-gym
-# (--no-deps) plus the resource-server import slice in scripts/gym-requirements.txt.
+# Builds the Gym environment a managed upstream runs in: a venv holding nemo-gym (--no-deps) plus
+# the resource-server import slice of that release line:
+#   nemo-gym 0.2-0.4: Python 3.12, scripts/gym-requirements.txt
+#   nemo-gym 0.5+:    Python 3.13, scripts/gym-requirements-0.7.txt (measured on 0.7.0)
 # Usage: setup-gym-env.sh TARGET_DIR [PYTHON] ; NEMO_GYM_VERSION (default 0.4.0) picks the release.
-# Idempotent: a target whose marker matches the version and requirements is left as it is.
+# `make gym-env NEMO_GYM_VERSION=0.7.0` runs it for .gym-env-0.7.0.
+#
+# nemo-gym 0.5 and later declare Requires-Python >= 3.13.14. Given an older 3.13 (pyenv's 3.13.0 on
+# these machines) the install goes ahead as if the interpreter were 3.13.14 (uv --python-version, the
+# same as pip's --ignore-requires-python) and says so; nemo-gym 0.7.0's resources servers and agent
+# servers import and serve on 3.13.0 (docs/gym-versions.md). GYM_STRICT_PYTHON=1 refuses instead.
+# Idempotent: a target whose stamp matches the version, requirements and interpreter is left as it is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 target=${1:?usage: setup-gym-env.sh TARGET_DIR [PYTHON]}
-python=${2:-$("$here/find-python.sh" 3.12)}
 version=${NEMO_GYM_VERSION:-0.4.0}
 uv=${UV:-uv}
-stamp="$version $(sha256sum "$here/gym-requirements.txt" | cut -c1-16) $python"
+case "$version" in
+  0.[0-4].*) minor=3.12 requires=3.12 requirements="$here/gym-requirements.txt" ;;
+  *) minor=3.13 requires=3.13.14 requirements="$here/gym-requirements-0.7.txt" ;;
+esac
+python=${2:-$("$here/find-python.sh" "$minor")}
+stamp="$version $(sha256sum "$requirements" | cut -c1-16) $python"
 if [ -f "$target/.gym-env-stamp" ] && [ "$(cat "$target/.gym-env-stamp")" = "$stamp" ]; then
   exit 0
 fi
-echo "building the Gym environment in $target (nemo-gym $version on $python)" >&2
+have=$("$python" -c 'import platform; print(platform.python_version())')
+resolve=()
+if ! "$python" -c "import sys; sys.exit(sys.version_info[:3] < tuple(int(p) for p in '$requires'.split('.')))"; then
+  if [ "${GYM_STRICT_PYTHON:-0}" = 1 ]; then
+    echo "setup-gym-env: nemo-gym $version requires Python >= $requires; $python is $have (GYM_STRICT_PYTHON=1)" >&2
+    exit 1
+  fi
+  echo "setup-gym-env: nemo-gym $version declares Python >= $requires; $python is $have:" \
+    "installing as if it were $requires (pip's --ignore-requires-python); see docs/gym-versions.md" >&2
+  resolve=(--python-version "$requires")
+fi
+echo "building the Gym environment in $target (nemo-gym $version on $python, Python $have)" >&2
+started=$(date +%s)
 rm -rf "$target"
 "$uv" venv -q --python "$python" "$target"
-"$uv" pip install -q --python "$target/bin/python" --no-deps "nemo-gym==$version"
-"$uv" pip install -q --python "$target/bin/python" -r "$here/gym-requirements.txt"
+"$uv" pip install -q --python "$target/bin/python" "${resolve[@]}" --no-deps "nemo-gym==$version"
+"$uv" pip install -q --python "$target/bin/python" "${resolve[@]}" -r "$requirements"
 "$target/bin/python" -c "import nemo_gym, resources_servers.example_session_state_mgmt.app" >/dev/null
 echo "$stamp" > "$target/.gym-env-stamp"
+echo "built $target in $(( $(date +%s) - started )) s" >&2
