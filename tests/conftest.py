@@ -216,3 +216,19 @@ def counter_row(initial: int, expected: int | None = None) -> dict[str, Any]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Any]:
+    """The Docker engine of the container tests (tests/container_helpers.py), one per session."""
+    from container_helpers import engine_session
+
+    yield from engine_session()
+
+
+@pytest.fixture(scope="session")
+def docker_image(docker_engine: Any) -> Iterator[str]:
+    """The project's image, built once per session and shared by every container test."""
+    from container_helpers import image_session
+
+    yield from image_session(docker_engine)

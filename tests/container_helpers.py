@@ -19,7 +19,9 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,49 @@ def connect_engine() -> Engine:
         raise NoEngine(f"the local base image cannot be made: {base.stderr[-2000:]}")
     timings["base_image_s"] = time.monotonic() - t0
     return Engine(client, timings)
+
+
+TIMINGS: dict[str, float] = {}  # printed at the end of the session: docs/deployment.md's figures
+
+
+def engine_session() -> Iterator[Engine]:
+    """The ``docker_engine`` fixture: fails under CI=true when no engine answers, else skips."""
+    import pytest
+
+    try:
+        engine = connect_engine()
+    except NoEngine as exc:
+        if os.environ.get("CI") == "true":  # a green CI must have run them: .ci/run installs Docker
+            pytest.fail(f"no Docker engine can run here under CI=true: {exc}")
+        pytest.skip(f"no Docker engine can run here: {exc}")
+    TIMINGS.update(engine.timings)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        if TIMINGS:
+            rounded = {k: round(v, 1) for k, v in TIMINGS.items()}
+            sys.stderr.write(f"\ncontainer test timings: {json.dumps(rounded)}\n")
+
+
+def image_session(engine: Engine) -> Iterator[str]:
+    """The ``docker_image`` fixture: the Dockerfile built once per session (layers cached by the
+    engine), kept under IMAGE_TAG for the next run (GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE=1 removes it)."""
+    previous = None
+    with contextlib.suppress(Exception):
+        previous = engine.client.images.get(IMAGE_TAG).id
+    TIMINGS["image_build_s"] = build_image(engine)
+    built = engine.client.images.get(IMAGE_TAG)
+    TIMINGS["image_size_mb"] = built.attrs["Size"] / 1e6
+    if previous and previous != built.id:
+        try:  # the old build's own layers; layers shared with the new build stay
+            engine.client.images.remove(previous)
+        except Exception as exc:
+            sys.stderr.write(f"could not remove the previous test image {previous}: {exc}\n")
+    yield IMAGE_TAG
+    if os.environ.get("GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE") == "1":
+        with contextlib.suppress(Exception):
+            engine.client.images.remove(IMAGE_TAG, force=True)
 
 
 def compose_command() -> list[str]:

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,15 +30,12 @@ from typing import Any
 import httpx
 import pytest
 from container_helpers import (
-    IMAGE_TAG,
     ROOT,
     SEED_ROW,
+    TIMINGS,
     TOKEN_HEADER,
     Engine,
-    NoEngine,
-    build_image,
     compose_command,
-    connect_engine,
     free_port,
     mcp_call,
     pids_with_env,
@@ -50,49 +46,17 @@ from container_helpers import (
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
 
-TIMINGS: dict[str, float] = {}
+
+# One engine and one image build per test session, shared with tests/test_compose.py: the
+# session fixtures docker_engine and docker_image live in tests/conftest.py.
+@pytest.fixture
+def engine(docker_engine: Engine) -> Engine:
+    return docker_engine
 
 
-def _report_timings() -> None:
-    if TIMINGS:
-        sys.stderr.write(
-            "\ncontainer test timings: " + json.dumps({k: round(v, 1) for k, v in TIMINGS.items()}) + "\n"
-        )
-
-
-@pytest.fixture(scope="session")
-def engine() -> Iterator[Engine]:
-    try:
-        eng = connect_engine()
-    except NoEngine as exc:
-        if os.environ.get("CI") == "true":  # a green CI must have run them: .ci/run installs Docker
-            pytest.fail(f"no Docker engine can run here under CI=true: {exc}")
-        pytest.skip(f"no Docker engine can run here: {exc}")
-    TIMINGS.update(eng.timings)
-    try:
-        yield eng
-    finally:
-        eng.close()
-        _report_timings()
-
-
-@pytest.fixture(scope="session")
-def image(engine: Engine) -> Iterator[str]:
-    previous = None
-    with contextlib.suppress(Exception):
-        previous = engine.client.images.get(IMAGE_TAG).id
-    TIMINGS["image_build_s"] = build_image(engine)
-    built = engine.client.images.get(IMAGE_TAG)
-    TIMINGS["image_size_mb"] = built.attrs["Size"] / 1e6
-    if previous and previous != built.id:
-        try:  # the old build's own layers; layers shared with the new build stay
-            engine.client.images.remove(previous)
-        except Exception as exc:
-            sys.stderr.write(f"could not remove the previous test image {previous}: {exc}\n")
-    yield IMAGE_TAG
-    if os.environ.get("GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE") == "1":
-        with contextlib.suppress(Exception):
-            engine.client.images.remove(IMAGE_TAG, force=True)
+@pytest.fixture
+def image(docker_image: str) -> str:
+    return docker_image
 
 
 @pytest.fixture
