@@ -2,7 +2,8 @@
 
 Each line: ``time`` (UTC, ISO 8601), ``session`` (a hash of the session id, as in traces),
 ``tool`` (canonical), ``emitted`` (as the harness called it), ``transport``, ``outcome``,
-``latency_ms``; ``arguments`` only with ``--audit-log-arguments`` (they may hold what a model
+``latency_ms``, ``rollout_id`` (Gym's ``/ng-rollout/<id>/`` of the session, when it had one);
+``arguments`` only with ``--audit-log-arguments`` (they may hold what a model
 read from the task). Never results or tokens. ``service.Bridge`` writes a line (``_finish``) after the
 call; the file is appended to, line-buffered, so a crash loses at most the line being written.
 """
@@ -31,6 +32,7 @@ class AuditLog:
         outcome: str,
         seconds: float,
         arguments: Any,
+        rollout_id: str | None = None,
     ) -> None:
         line: dict[str, Any] = {
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
@@ -41,6 +43,8 @@ class AuditLog:
             "outcome": outcome,
             "latency_ms": round(seconds * 1000, 3),
         }
+        if rollout_id is not None:
+            line["rollout_id"] = rollout_id
         if self.arguments:
             line["arguments"] = arguments
         self._file.write(orjson.dumps(line, default=str) + b"\n")

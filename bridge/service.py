@@ -124,6 +124,7 @@ class Bridge:
         self.toolsets: ToolSets | None = None
         self.upstream_routes: frozenset[str] = frozenset()
         self.mcp_native: frozenset[str] = frozenset()  # tools served on the upstream's own /mcp
+        self.rollout_prefix = False  # the upstream routes /ng-rollout/<id>/<path> as /<path> (Gym >= 0.7)
         self.signer: TokenSigner | None = None
         self.keys = keys if keys is not None else settings.signing_keys()[0]
         self.by_resources_id: dict[str, list[str]] = {}  # Gym >= 0.7 typed seeds: id -> session ids
@@ -161,6 +162,7 @@ class Bridge:
         for problem in skipped:
             log.warning("upstream route skipped, not served as a tool: %s", problem)
         self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
+        self.rollout_prefix = await self._routes_rollout_prefix()
         listed = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
         native, skipped_native = tools_mod.from_mcp_listing(listed)
         for problem in skipped_native:
@@ -184,6 +186,21 @@ class Bridge:
             ", ".join(openapi.names) or "(none)",
             " (catch-all dispatcher: tools come from each row)" if catch_all else "",
         )
+
+    async def _routes_rollout_prefix(self) -> bool:
+        """Whether the upstream strips Gym's rollout prefix itself (nemo-gym >= 0.7's
+        ``RolloutContextMiddleware``): then requests of a rollout reach it under that prefix, so its
+        own calls (an LLM judge's model requests) keep the rollout's correlation."""
+        try:
+            await self.upstream.get_json("/ng-rollout/0/openapi.json")
+        except Exception:  # 404 from an older Gym, or anything else: send bare paths
+            return False
+        return True
+
+    def _path(self, path: str, rollout: str | None) -> str:
+        """``path`` under ``/ng-rollout/<rollout>`` when the upstream strips it (the id passed
+        ``bridge.http.rollout``'s check), else as it is."""
+        return f"/ng-rollout/{rollout}{path}" if rollout and self.rollout_prefix else path
 
     def not_ready_reason(self) -> str | None:
         if not self.upstream.ready:
@@ -246,7 +263,7 @@ class Bridge:
         }
 
     async def seed(
-        self, body: bytes, row: dict[str, Any], cookie_header: str
+        self, body: bytes, row: dict[str, Any], cookie_header: str, rollout: str | None = None
     ) -> tuple[UpstreamResponse, Session | None]:
         """Forward a seed; on success create the session. Returns the upstream response and session.
 
@@ -264,7 +281,9 @@ class Bridge:
             raise Rejected(str(exc), "cap", retry_after=5) from exc
         generation = self.upstream.generation
         if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
-            response = await self.upstream.post("/seed_session", body, _json_headers(cookie_header))
+            response = await self.upstream.post(
+                self._path("/seed_session", rollout), body, _json_headers(cookie_header)
+            )
         else:  # Gym's GymnasiumServer has no /seed_session: its first call (/reset) opens its session
             response = UpstreamResponse(200, [(b"content-type", b"application/json")], b"{}")
         if not response.is_success:
@@ -275,6 +294,7 @@ class Bridge:
         except SessionCapReached as exc:
             raise Rejected(str(exc), "cap", retry_after=5) from exc
         session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        session.rollout_id = rollout
         if self.mcp_native:  # keep the upstream's own MCP token: its tools act on the session it names
             with contextlib.suppress(ValueError):
                 session.upstream_headers = upstream_mcp.session_headers(response.json())
@@ -306,6 +326,7 @@ class Bridge:
         arguments: dict[str, Any],
         transport: str,
         emitted: str | None = None,
+        rollout: str | None = None,
     ) -> ToolOutcome:
         """Call ``POST /<name>`` with the session's cookie and the arguments as sent (no schema check
         here: the model reads the upstream's own answer, its validation errors included, as over plain
@@ -319,7 +340,8 @@ class Bridge:
         started = time.time()
         clock = time.perf_counter()
         try:
-            response = await self.upstream.post(f"/{name}", body, _json_headers(session.cookie))
+            path = self._path(f"/{name}", rollout or session.rollout_id)
+            response = await self.upstream.post(path, body, _json_headers(session.cookie))
             text = response.text
             content_type = response.content_type or "application/json"
             value, message, failed = None, text, not response.is_success
@@ -405,27 +427,42 @@ class Bridge:
         self.metrics.tool_call(label, transport, result, elapsed)
         if tracing.ENABLED or self.audit is not None:
             digest = tracing.session_hash(session.sid)
+            rollout = {"gym.rollout_id": session.rollout_id} if session.rollout_id else {}
             tracing.annotate(
                 **{
                     "gym.tool": emitted or name,
                     "gym.tool.canonical": name,
                     "gym.outcome": result,
                     "gym.session": digest,
+                    **rollout,
                 }
             )
             if self.audit is not None:
-                self.audit.record(digest, name, emitted or name, transport, result, elapsed, arguments)
+                self.audit.record(
+                    digest, name, emitted or name, transport, result, elapsed, arguments, session.rollout_id
+                )
 
     async def forward(
-        self, path: str, body: bytes, cookie_header: str, timeout: float | None = None
+        self,
+        path: str,
+        body: bytes,
+        cookie_header: str,
+        timeout: float | None = None,
+        rollout: str | None = None,
     ) -> UpstreamResponse:
+        path = self._path(path, rollout)
         return await self.upstream.post(path, body, _json_headers(cookie_header), timeout=timeout)
 
-    async def verify(self, session: Session | None, body: dict[str, Any], cookies: str) -> VerifyOutcome:
+    async def verify(
+        self, session: Session | None, body: dict[str, Any], cookies: str, rollout: str | None = None
+    ) -> VerifyOutcome:
         """Score ``body`` with the upstream's own ``/verify`` under canonical names (``scoring.verify``):
         the upstream's answer as it came when it is no JSON object, else with the caller's names, the
         ``_bridge`` report and, for a session, the signed provenance of the calls it scored."""
         attributes = {"gym.session": tracing.session_hash(session.sid)} if session is not None else {}
+        rollout = rollout or (session.rollout_id if session is not None else None)
+        if rollout:
+            attributes["gym.rollout_id"] = rollout
         with tracing.span("verify", SpanKind.INTERNAL, **attributes):
             started = time.perf_counter()
             if (
@@ -460,6 +497,7 @@ class Bridge:
                 orjson.dumps(prepared.scoring),
                 session.cookie if session is not None else cookies,
                 timeout=self.settings.verify_timeout_s,
+                rollout=rollout,
             )
             self.metrics.verify_latency.observe(time.perf_counter() - started)
             try:
@@ -480,6 +518,8 @@ class Bridge:
                     for item in trajectory.function_calls(prepared.response)
                 ]
                 signed = provenance.attest(session.sid, scored, session.calls, self.keys[0])
+                if session.rollout_id:  # correlation for operators; not covered by the MACs
+                    signed["rollout_id"] = session.rollout_id
             payload, header = verify_mod.finish(prepared, payload, signed)
             self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
             return VerifyOutcome(answer, payload, header)

@@ -110,6 +110,7 @@ class Session:
     calls: list[ToolCallRecord] = field(default_factory=list)
     dropped: DroppedCalls = field(default_factory=DroppedCalls)
     log_bytes: int = 0  # sum of the kept records' sizes
+    rollout_id: str | None = None  # Gym's /ng-rollout/<id>/ prefix of the seed, when it had one
 
     @property
     def row(self) -> dict[str, Any]:

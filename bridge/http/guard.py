@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import tracing
+from bridge.http import rollout
 from bridge.http.mcp import McpEndpoint
 from bridge.http.requests import (
     arguments_too_large,
@@ -113,11 +114,15 @@ class Guard:
         settings = self.settings
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         size = sum(len(k) + len(v) + 4 for k, v in headers)
+        scope, bad_prefix = rollout.strip(scope)
         path: str = scope["path"]
         mcp = path == "/mcp"
         if size > settings.max_header_bytes:
             reason = f"request headers too large ({size} bytes, limit {settings.max_header_bytes}; max_header_bytes)"
             await self._refuse(scope, receive, send, 431, reason, "header_size", mcp)
+            return
+        if bad_prefix is not None:
+            await self._refuse(scope, receive, send, 404, bad_prefix, "rollout_id", False)
             return
         found = dict(headers)
         if self.security.enable_dns_rebinding_protection and path not in PROBE_PATHS:
@@ -130,7 +135,8 @@ class Guard:
             return
         if tracing.ENABLED and path not in PROBE_PATHS and path != "/metrics":
             parent = tracing.parent_from(text_headers(headers))
-            with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **{"url.path": path}):
+            attributes = {"url.path": path, **_rollout_attribute(scope)}
+            with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **attributes):
                 await self.app(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -162,7 +168,7 @@ class Guard:
             if tracing.ENABLED:
                 method, tool, meta = _rpc_summary(data)
                 parent = tracing.parent_from(text_headers(scope["headers"]), meta)
-                attributes = {"mcp.method.name": method, "gym.tool": tool}
+                attributes = {"mcp.method.name": method, "gym.tool": tool, **_rollout_attribute(scope)}
                 with tracing.span(f"mcp {method}", SpanKind.SERVER, parent, **attributes):
                     await self.mcp.post(scope, data, body.replay, send)
             else:
@@ -193,6 +199,11 @@ async def _answer_error(
     else:
         response = error(status, reason)
     await response(scope, receive, send)
+
+
+def _rollout_attribute(scope: Scope) -> dict[str, str]:
+    found = rollout.rollout_id(scope)
+    return {"gym.rollout_id": found} if found is not None else {}
 
 
 def _rpc_summary(body: bytes) -> tuple[str, str | None, Any]:

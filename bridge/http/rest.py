@@ -26,6 +26,7 @@ from bridge import tools as tools_mod
 from bridge.http.forwarding import Forwarding
 from bridge.http.requests import arguments_too_large, read_object
 from bridge.http.responses import add_cookies, error, json_response, refusal, upstream_response
+from bridge.http.rollout import rollout_id
 from bridge.scoring import verify as verify_mod
 from bridge.service import TYPED_SEED_KEY, Bridge, Foreign, Rejected
 from bridge.sessions import Session
@@ -108,7 +109,7 @@ class RestSurface:
 
     async def _seed(self, request: Request, body: bytes, row: dict[str, Any]) -> Response:
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        response, session = await self.bridge.seed(body, row, cookies)
+        response, session = await self.bridge.seed(body, row, cookies, rollout_id(request.scope))
         if session is None:
             return upstream_response(response)
         try:
@@ -156,13 +157,17 @@ class RestSurface:
         assert toolsets is not None
         session = session_of(self.bridge, request, name)
         if session is not None:
-            outcome = await self.bridge.call_tool(session, name, arguments, transport="http")
+            outcome = await self.bridge.call_tool(
+                session, name, arguments, transport="http", rollout=rollout_id(request.scope)
+            )
             out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
             return self._with_session_cookie(add_cookies(out, outcome.set_cookies), session)
         if name not in toolsets.openapi.tools and not toolsets.catch_all:
             raise Rejected(f"unknown route /{name}: the upstream has no such tool", "unknown_route")
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        return upstream_response(await self.bridge.forward(f"/{name}", body, cookies))
+        return upstream_response(
+            await self.bridge.forward(f"/{name}", body, cookies, rollout=rollout_id(request.scope))
+        )
 
     async def verify(self, request: Request) -> Response:
         return await self._run(request, self._verify)
@@ -170,7 +175,7 @@ class RestSurface:
     async def _verify(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
         session = session_of(self.bridge, request)
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        outcome = await self.bridge.verify(session, value, cookies)
+        outcome = await self.bridge.verify(session, value, cookies, rollout_id(request.scope))
         if outcome.payload is None:
             out = upstream_response(outcome.upstream)
         else:
@@ -202,7 +207,10 @@ class RestSurface:
         if isinstance(resources_id, str):
             closed += [sid for sid in self.bridge.close_resources_id(resources_id) if sid not in closed]
         if "close_session" in self.bridge.upstream_routes:
-            out = upstream_response(await self.bridge.forward("/close_session", body, cookies))
+            forwarded = await self.bridge.forward(
+                "/close_session", body, cookies, rollout=rollout_id(request.scope)
+            )
+            out = upstream_response(forwarded)
         else:
             out = JSONResponse({"closed": True, "sessions": closed})
         out.delete_cookie(BRIDGE_COOKIE)
@@ -238,6 +246,10 @@ class RestSurface:
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
         return upstream_response(
             await self.bridge.forward(
-                "/aggregate_metrics", body, cookies, timeout=self.bridge.settings.verify_timeout_s
+                "/aggregate_metrics",
+                body,
+                cookies,
+                timeout=self.bridge.settings.verify_timeout_s,
+                rollout=rollout_id(request.scope),
             )
         )

@@ -42,7 +42,8 @@ class UpstreamRequestRefused(ValueError):
 
 
 # The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it.
-_PATH = re.compile(r"/[A-Za-z0-9_.-]{1,128}")
+# one path segment, optionally under Gym's rollout prefix /ng-rollout/<id> (nemo-gym's ROLLOUT_ID_PATTERN)
+_PATH = re.compile(r"(?:/ng-rollout/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?/[A-Za-z0-9_.-]{1,128}")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL and the rest, tab excepted
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
