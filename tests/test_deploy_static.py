@@ -128,8 +128,13 @@ def test_no_secret_baked_into_image() -> None:
 # ---------------------------------------------------------------- compose
 
 
-def compose_config(*args: str) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_MCP_BRIDGE_")}
+def compose_config(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GYM_MCP_BRIDGE_", "COMPOSE_")) and k not in ("PYTHON_BASE", "NEMO_GYM_VERSION")
+    }
+    env = {**clean, **(env or {})}
     base = [compose_binary(), "-f", str(ROOT / "compose.yaml"), *args]
     quiet = subprocess.run([*base, "config", "-q"], capture_output=True, text=True, env=env)
     assert quiet.returncode == 0, quiet.stderr
@@ -148,13 +153,18 @@ def test_compose_default_profile() -> None:
     assert bridge["environment"]["GYM_MCP_BRIDGE_PORT"] == "8000"
     assert bridge["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == "http://localhost:8000"
     assert "/readyz" in " ".join(bridge["healthcheck"]["test"])
-    assert [s["source"] for s in bridge["secrets"]] == ["bridge_secret", "bridge_api_key"]
-    assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET_FILE"] == "/run/secrets/bridge_secret"
-    assert bridge["environment"]["GYM_MCP_BRIDGE_API_KEY_FILE"] == "/run/secrets/bridge_api_key"
-    assert "GYM_MCP_BRIDGE_API_KEY" not in bridge["environment"], (
-        "the API key comes from the secret file only"
+    # Nothing to make first: the keys are generated into a named volume on first start; a key given
+    # in the environment (.env) is passed through, an unset one not at all.
+    assert "secrets" not in bridge and "secrets" not in cfg, "a missing secret file stops Docker Compose"
+    assert bridge["environment"]["GYM_MCP_BRIDGE_STATE_DIR"] == "/var/lib/gym-mcp-bridge"
+    (volume,) = bridge["volumes"]
+    assert (volume["type"], volume["source"], volume["target"]) == (
+        "volume",
+        "bridge-state",
+        "/var/lib/gym-mcp-bridge",
     )
-    assert "GYM_MCP_BRIDGE_SECRET" not in bridge["environment"], "the key comes from the secret file only"
+    assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET"] is None
+    assert bridge["environment"]["GYM_MCP_BRIDGE_API_KEY"] is None
     assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
     assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
     grace = bridge["stop_grace_period"]  # e.g. "1m0s"
@@ -162,8 +172,47 @@ def test_compose_default_profile() -> None:
     assert 60 * float(minutes or 0) + float(seconds or 0) > float(
         bridge["environment"]["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"]
     ), "the drain finishes before compose kills the container"
-    assert cfg["secrets"]["bridge_secret"]["file"].endswith("secrets/bridge_secret")
-    assert bridge["build"]["args"]["NEMO_GYM_VERSION"] == "0.4.0"
+    assert "args" not in bridge["build"], "unset build arguments leave the Dockerfile's pinned defaults"
+
+
+def test_compose_passes_the_base_image_and_gym_version_as_build_args() -> None:
+    cfg = compose_config(env={"PYTHON_BASE": "mirror.internal/python:3.12-slim", "NEMO_GYM_VERSION": "0.4.0"})
+    assert cfg["services"]["bridge"]["build"]["args"] == {
+        "PYTHON_BASE": "mirror.internal/python:3.12-slim",
+        "NEMO_GYM_VERSION": "0.4.0",
+    }
+
+
+def test_compose_secret_files_override(tmp_path: Path) -> None:
+    """compose.secrets.yaml: explicit key files mounted as compose secrets, named by *_FILE."""
+    for name in ("s", "k"):
+        (tmp_path / name).write_text("x" * 64)
+    cfg = compose_config(
+        "-f",
+        str(ROOT / "compose.secrets.yaml"),
+        "--profile",
+        "replicas",
+        env={
+            "GYM_MCP_BRIDGE_SECRET_PATH": str(tmp_path / "s"),
+            "GYM_MCP_BRIDGE_API_KEY_PATH": str(tmp_path / "k"),
+        },
+    )
+    for name in ("bridge", "replica"):
+        svc = cfg["services"][name]
+        assert [s["source"] for s in svc["secrets"]] == ["bridge_secret", "bridge_api_key"]
+        assert svc["environment"]["GYM_MCP_BRIDGE_SECRET_FILE"] == "/run/secrets/bridge_secret"
+        assert svc["environment"]["GYM_MCP_BRIDGE_API_KEY_FILE"] == "/run/secrets/bridge_api_key"
+    assert cfg["secrets"]["bridge_secret"]["file"] == str(tmp_path / "s")
+
+
+def test_compose_replicas_profile() -> None:
+    services = compose_config("--profile", "replicas")["services"]
+    replica = services["replica"]
+    assert "ports" not in replica, "replicas are reached on the compose network, through the service name"
+    assert "$(hostname):8000" in " ".join(replica["entrypoint"]), "each advertises its own container name"
+    assert replica["environment"]["GYM_MCP_BRIDGE_PEERS"] == "http://*:8000"
+    assert replica["environment"]["GYM_MCP_BRIDGE_ALLOWED_HOSTS"] == "replica:*"
+    assert replica["volumes"] == services["bridge"]["volumes"], "one key for every replica"
 
 
 def test_compose_sidecar_profile() -> None:
@@ -215,11 +264,20 @@ def test_kustomization_lists_every_manifest() -> None:
     assert set(kust["resources"]) == manifests
 
 
-def test_kustomize_build_validates() -> None:
+def kustomize_build(tmp_path: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of a copy of the example, with the two key files made as its
+    kustomization.yaml says (openssl rand -hex 32 each)."""
     kubectl = shutil.which("kubectl")
     if not kubectl:
         pytest.skip("kubectl not installed: kustomize build not checked (the manifests are, above)")
-    built = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True)
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("secrets"))
+    missing = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
+    assert missing.returncode != 0 and "secrets/secret" in missing.stderr, "no key files: no manifests"
+    (copy / "secrets").mkdir()
+    for name in ("secret", "api-key"):
+        (copy / "secrets" / name).write_text(os.urandom(32).hex() + "\n")
+    built = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     proc = subprocess.run(
         [tool("kubernetes-validate"), "--strict", "--quiet", "-"],
@@ -228,8 +286,24 @@ def test_kustomize_build_validates() -> None:
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    kinds = [d["kind"] for d in yaml.safe_load_all(built.stdout) if d]
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+def test_kustomize_build_validates_and_generates_the_secret(tmp_path: Path) -> None:
+    docs = kustomize_build(tmp_path)
+    kinds = [d["kind"] for d in docs]
     assert {"StatefulSet", "Service", "Secret"} <= set(kinds)
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert set(secret["data"]) == {"secret", "api-key"}
+    name = secret["metadata"]["name"]
+    assert name.startswith("gym-mcp-bridge-signing-key-"), "content hash: a key change rolls the pods"
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    used = [v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    assert used == [name], "the StatefulSet mounts the generated Secret"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(K8S / "secrets" / "secret")], cwd=ROOT, capture_output=True
+    )
+    assert ignored.returncode == 0, "the key files must never go into git"
 
 
 def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
@@ -316,10 +390,10 @@ def test_pod_hardening_and_resources() -> None:
     secret_file = {e["name"]: e.get("value") for e in bridge["env"]}["GYM_MCP_BRIDGE_SECRET_FILE"]
     mount = next(m for m in bridge["volumeMounts"] if secret_file.startswith(m["mountPath"] + "/"))
     secret_name = volumes[mount["name"]]["secret"]["secretName"]
-    secret = docs[f"Secret/{secret_name}"]
+    generated = yaml.safe_load((K8S / "kustomization.yaml").read_text())["secretGenerator"]
+    files = {g["name"]: [f.split("=", 1)[0] for f in g["files"]] for g in generated}
     key = secret_file.rsplit("/", 1)[1]
-    assert key in secret["stringData"]
-    assert "REPLACE" in secret["stringData"][key], "the committed key is an obvious placeholder"
+    assert key in files[secret_name], (key, files)
     assert not any(e["name"] == "GYM_MCP_BRIDGE_SECRET" for e in bridge["env"]), "key from the file, not env"
 
 
@@ -346,11 +420,10 @@ def test_deploy_env_vars_are_bridge_settings() -> None:
 
 def test_examples_ship_an_api_key_and_a_network_policy() -> None:
     docs = k8s_docs()
-    secret = docs["Secret/gym-mcp-bridge-signing-key"]["stringData"]
-    assert set(secret) == {"secret", "api-key"}
-    from bridge.settings import PLACEHOLDER_KEYS
-
-    assert set(secret.values()) <= PLACEHOLDER_KEYS, "the shipped values are the ones the bridge refuses"
+    (generated,) = yaml.safe_load((K8S / "kustomization.yaml").read_text())["secretGenerator"]
+    assert generated["name"] == "gym-mcp-bridge-signing-key"
+    assert [f.split("=", 1)[0] for f in generated["files"]] == ["secret", "api-key"]
+    assert not any(d["kind"] == "Secret" for d in docs.values()), "no key is committed"
     pod = docs["StatefulSet/gym-mcp-bridge"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in _container(pod, "bridge")["env"]}
     mounted = {
