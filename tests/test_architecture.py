@@ -5,7 +5,9 @@
 * ``bridge/scoring/*`` imports only ``bridge.scoring.*`` and ``bridge.calllog``;
 * the service-level modules (``SERVICE_LEVEL``) never import ``bridge.http``, ``bridge.commands`` or
   starlette;
-* ``bridge/http/*`` never imports ``bridge.commands``.
+* ``bridge/http/*`` never imports ``bridge.commands``;
+* no import circle anywhere in bridge/ (a deferred import inside a function counts: the circle is
+  in the design either way).
 
 The layering is the package layout itself (bridge/http, bridge/scoring, bridge/upstream,
 bridge/commands, and the service-level modules at the top); the checker is exercised on sources with
@@ -137,6 +139,51 @@ def test_package_root_imports_nothing_of_bridge() -> None:
     # ``from bridge import __version__`` is fine anywhere only while the root imports no layer
     names = [name for _, name in imported("bridge", source_of("bridge")) if within(name, "bridge")]
     assert not names, f"bridge/__init__.py imports {', '.join(names)}"
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of bridge/ it imports, for every module (``sources`` overrides some)."""
+    return {
+        m: {n for _, n in imported(m, sources.get(m) or source_of(m)) if n in MODULES and n != m}
+        for m in MODULES
+    }
+
+
+def import_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (``[a, b, ..., a]``) in ``graph``, or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for name in sorted(graph[module]):
+            found = visit(name, [*path, module])
+            if found is not None:
+                return found
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module, [])
+        if found is not None:
+            return found
+    return None
+
+
+def test_no_import_circle() -> None:
+    circle = import_circle(import_graph({}))
+    assert circle is None, "import circle: " + " -> ".join(circle or [])
+
+
+def test_checker_catches_an_import_circle() -> None:
+    """The circle issue 21 removed (app -> health -> serving -> app, serving importing the app inside
+    a function) is found again when health imports serving once more."""
+    added = source_of("bridge.http.health") + "\n\nfrom bridge.http.serving import ServingApp\n"
+    circle = import_circle(import_graph({"bridge.http.health": added}))
+    assert circle is not None
+    assert {"bridge.http.app", "bridge.http.health", "bridge.http.serving"} <= set(circle)
 
 
 # --------------------------------------------------------------------------------------------

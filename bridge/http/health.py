@@ -18,7 +18,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bridge.http.serving import INSTANCE, liveness
+from bridge.http.liveness import INSTANCE, liveness
 from bridge.service import Bridge
 
 ADVERTISE_CHECK_TTL_S = 60.0

@@ -19,7 +19,6 @@ import contextlib
 import importlib
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,31 +27,13 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
-from bridge.settings import Settings, advertise_url
+from bridge.http.liveness import liveness
+from bridge.settings import Settings
 from bridge.upstream import Upstream, UpstreamStartError
 
 log = logging.getLogger("gym_mcp_bridge")
 
-INSTANCE = uuid.uuid4().hex  # this process, as /healthz reports it (the advertise check reads it)
 PROBES = ("/healthz", "/readyz")
-
-
-def liveness(
-    settings: Settings, upstream: Upstream, bound: tuple[str, int], started_at: float, sessions: int
-) -> dict[str, Any]:
-    """The ``/healthz`` body, while starting (``ServingApp``) and after (``health.Health``)."""
-    host, port = bound
-    return {
-        "status": "ok",
-        "version": __version__,
-        "instance": INSTANCE,
-        "bound": {"host": host, "port": port},
-        "advertise_url": advertise_url(settings, bound),
-        "rest_auth": "api_key" if settings.api_key is not None else "none",
-        "uptime_s": round(time.time() - started_at, 3),
-        "sessions_active": sessions,
-        "upstream": upstream.status(),
-    }
 
 
 class ServingApp:
