@@ -19,6 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry.trace import SpanKind
@@ -199,7 +200,7 @@ class Bridge:
 
     def _path(self, path: str, rollout: str | None) -> str:
         """``path`` under ``/ng-rollout/<rollout>`` when the upstream strips it (the id passed
-        ``bridge.http.rollout``'s check), else as it is."""
+        ``bridge.http.prefixes``'s check), else as it is."""
         return f"/ng-rollout/{rollout}{path}" if rollout and self.rollout_prefix else path
 
     def not_ready_reason(self) -> str | None:
@@ -255,8 +256,8 @@ class Bridge:
     def mcp_metadata(self, session: Session) -> dict[str, Any]:
         return {
             "server_name": self.upstream.server_name,
-            "url_path": "/mcp",
-            "url": f"{self.advertise_url}/mcp",
+            "url_path": f"{urlsplit(self.advertise_url).path.rstrip('/')}/mcp",
+            "url": f"{self.advertise_url.rstrip('/')}/mcp",
             "transport": "http",
             "headers": {HEADER: session.token},
             "tool_names": list(session.tool_names),

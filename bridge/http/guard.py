@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import tracing
-from bridge.http import rollout
+from bridge.http import prefixes
 from bridge.http.mcp import McpEndpoint
 from bridge.http.requests import (
     arguments_too_large,
@@ -104,6 +104,7 @@ class Guard:
         self.bridge = bridge
         self.settings = bridge.settings
         self.security = security
+        self.mount = prefixes.mount_path(bridge.advertise_url)  # served under a path: advertise_url's
         # the app's lifespan (MCP session manager, sweeper, supervisor); the server runs it
         self.lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] = contextlib.nullcontext
 
@@ -114,7 +115,7 @@ class Guard:
         settings = self.settings
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         size = sum(len(k) + len(v) + 4 for k, v in headers)
-        scope, bad_prefix = rollout.strip(scope)
+        scope, bad_prefix = prefixes.strip(scope, self.mount)
         path: str = scope["path"]
         mcp = path == "/mcp"
         if size > settings.max_header_bytes:
@@ -202,7 +203,7 @@ async def _answer_error(
 
 
 def _rollout_attribute(scope: Scope) -> dict[str, str]:
-    found = rollout.rollout_id(scope)
+    found = prefixes.rollout_id(scope)
     return {"gym.rollout_id": found} if found is not None else {}
 
 

@@ -23,15 +23,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bridge import tools as tools_mod
+from bridge.http import skew
 from bridge.http.forwarding import Forwarding
+from bridge.http.prefixes import rollout_id
 from bridge.http.requests import arguments_too_large, read_object
-from bridge.http.responses import add_cookies, error, json_response, refusal, upstream_response
-from bridge.http.rollout import rollout_id
+from bridge.http.responses import add_cookies, error, json_response, refusal
 from bridge.scoring import verify as verify_mod
 from bridge.service import TYPED_SEED_KEY, Bridge, Foreign, Rejected
 from bridge.sessions import Session
 from bridge.tokens import from_headers
-from bridge.upstream import UpstreamRequestRefused, UpstreamTimeout, UpstreamUnavailable
+from bridge.upstream import (
+    UpstreamRequestRefused,
+    UpstreamResponse,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 
 BRIDGE_COOKIE = "gym_mcp_bridge_session"  # the session token, for Gym clients that send only cookies
 
@@ -86,6 +92,11 @@ class RestSurface:
         settings = self.bridge.settings
         return await read_object(request, settings.max_body_bytes, settings.max_json_depth)
 
+    def _relay(self, response: UpstreamResponse) -> Response:
+        """The upstream's answer as it came; a 422 for fields only a newer Gym sends says so too."""
+        boot = self.bridge.upstream.boot
+        return skew.annotate(response, boot.gym_version if boot is not None else None)
+
     async def _run(self, request: Request, handler: Any) -> Response:
         body = b""
         try:
@@ -111,7 +122,7 @@ class RestSurface:
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
         response, session = await self.bridge.seed(body, row, cookies, rollout_id(request.scope))
         if session is None:
-            return upstream_response(response)
+            return self._relay(response)
         try:
             payload = response.json() if response.content else {}
         except ValueError:
@@ -165,7 +176,7 @@ class RestSurface:
         if name not in toolsets.openapi.tools and not toolsets.catch_all:
             raise Rejected(f"unknown route /{name}: the upstream has no such tool", "unknown_route")
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        return upstream_response(
+        return self._relay(
             await self.bridge.forward(f"/{name}", body, cookies, rollout=rollout_id(request.scope))
         )
 
@@ -177,7 +188,7 @@ class RestSurface:
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
         outcome = await self.bridge.verify(session, value, cookies, rollout_id(request.scope))
         if outcome.payload is None:
-            out = upstream_response(outcome.upstream)
+            out = self._relay(outcome.upstream)
         else:
             headers = {verify_mod.REPORT_HEADER: outcome.report_header or ""}
             out = json_response(outcome.payload, outcome.upstream.status_code, headers)
@@ -210,7 +221,7 @@ class RestSurface:
             forwarded = await self.bridge.forward(
                 "/close_session", body, cookies, rollout=rollout_id(request.scope)
             )
-            out = upstream_response(forwarded)
+            out = self._relay(forwarded)
         else:
             out = JSONResponse({"closed": True, "sessions": closed})
         out.delete_cookie(BRIDGE_COOKIE)
@@ -244,7 +255,7 @@ class RestSurface:
 
     async def _aggregate(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
-        return upstream_response(
+        return self._relay(
             await self.bridge.forward(
                 "/aggregate_metrics",
                 body,
