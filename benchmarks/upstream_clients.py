@@ -3,7 +3,7 @@
 One POST of ``/get_counter_value`` with a seeded session's cookie to the real Gym upstream, made the
 way the bridge makes it (status, raw headers and body bytes back), sequentially, through:
 
-* ``pool``: the bridge's hand-written keep-alive pool (``bridge.upstream._KeepAlivePool``, httptools);
+* ``pool``: the bridge's hand-written keep-alive pool (``bridge.upstream.KeepAlivePool``, httptools);
 * ``aiohttp``: an ``aiohttp.ClientSession`` (llhttp parser, pooled keep-alive, no cookie jar);
 * ``httpx``: an ``httpx.AsyncClient`` configured as ``Upstream.client`` is (the https/probe path).
 
@@ -28,7 +28,7 @@ import orjson
 
 from benchmarks.clients import seed_body
 from benchmarks.procs import BenchError
-from bridge.upstream.transport import _KeepAlivePool
+from bridge.upstream.transport import KeepAlivePool
 
 CLIENTS = ["pool", "aiohttp", "httpx"]
 THRESHOLD_MS = 0.05
@@ -79,7 +79,7 @@ async def compare(
 ) -> dict[str, Any]:
     """Run the comparison against the upstream at ``url``; the runs, the summary and the verdict."""
     headers = await _seed(url)
-    pool = _KeepAlivePool(url, max_connections=512, expiry_s=4.0, connect_timeout_s=5.0)
+    pool = KeepAlivePool(url, max_connections=512, expiry_s=4.0, connect_timeout_s=5.0)
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=512, keepalive_timeout=4.0),
         cookie_jar=aiohttp.DummyCookieJar(),

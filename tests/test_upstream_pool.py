@@ -23,7 +23,7 @@ import pytest
 
 from bridge.settings import Settings
 from bridge.upstream import Upstream, UpstreamRequestRefused
-from bridge.upstream.transport import _KeepAlivePool
+from bridge.upstream.transport import KeepAlivePool
 
 pytestmark = pytest.mark.anyio
 
@@ -134,11 +134,11 @@ async def upstream() -> AsyncIterator[Misbehaving]:
     await server.stop()
 
 
-def new_pool(server: Misbehaving) -> _KeepAlivePool:
-    return _KeepAlivePool(server.url, max_connections=8, expiry_s=60.0, connect_timeout_s=2.0)
+def new_pool(server: Misbehaving) -> KeepAlivePool:
+    return KeepAlivePool(server.url, max_connections=8, expiry_s=60.0, connect_timeout_s=2.0)
 
 
-async def call(pool: _KeepAlivePool, path: str, rid: Any, timeout: float = 2.0) -> dict[str, Any]:
+async def call(pool: KeepAlivePool, path: str, rid: Any, timeout: float = 2.0) -> dict[str, Any]:
     status, _, body = await pool.post(path, json.dumps({"id": rid}).encode(), JSON, timeout)
     assert status == 200
     answer: dict[str, Any] = json.loads(body)
@@ -152,7 +152,7 @@ async def closed_by_client(server: Misbehaving, conn: int, within: float = 2.0) 
     return conn in server.closed
 
 
-async def next_caller_gets_its_own_answer(pool: _KeepAlivePool, server: Misbehaving, bad_conn: int) -> None:
+async def next_caller_gets_its_own_answer(pool: KeepAlivePool, server: Misbehaving, bad_conn: int) -> None:
     for rid in (2, 3):  # twice: the second call reuses whatever the first one left in the pool
         answer = await call(pool, "/ok", rid)
         assert answer["id"] == rid, f"caller {rid} read another caller's answer: {answer}"
@@ -349,7 +349,7 @@ async def test_every_path_the_bridge_posts_is_accepted(upstream: Misbehaving, pa
         pool.close()
 
 
-async def call_with(pool: _KeepAlivePool, path: str, headers: dict[str, str]) -> dict[str, Any]:
+async def call_with(pool: KeepAlivePool, path: str, headers: dict[str, str]) -> dict[str, Any]:
     status, _, body = await pool.post(path, b'{"id": 7}', headers, 2.0)
     assert status == 200
     answer: dict[str, Any] = json.loads(body)

@@ -1,26 +1,33 @@
 """Any replica serves any session: a request for another replica's session is relayed to its owner.
 
-Owns the forwarding client (one pooled ``httpx`` transport, opened on the first forward, closed
-with the app; a transport, not a client, so no cookie jar ever carries one session's cookies into
-another's request). Which replicas may be contacted is ``bridge.peers`` (the service's decision).
+Owns the forwarding client: one raw keep-alive pool per owner replica (``KeepAlivePool``, the
+upstream's client: the request in one write, the answer parsed with httptools), opened on the first
+forward to that owner, closed with the app. No cookie jar, no default headers: nothing of one
+request is ever carried into another's. Which replicas may be contacted is ``bridge.peers`` (the
+service's decision).
 
 Data flow. A surface verifies the request's session token as it always does
 (``Bridge.authorize``). Only when the token verifies under the shared key but its signed ``iss`` is
 not this replica's advertise URL does ``TokenSigner.verify`` raise ``ForeignIssuer``; the owner-local
 hot path never reaches this module. ``Bridge.authorize`` then asks ``Peers.allows`` (``bridge.peers``): an issuer
 outside the peers is refused there, naming it, without contacting anyone; one inside becomes
-``service.Foreign(owner)``. The surface that catches it (REST routes, the MCP fast path, the MCP SDK
-path's pre-check) hands the raw request -- method, path, headers, and the body it already read
-under its limits -- to ``Forwarding.relay``, which sends it to ``owner`` with the marker header
-``MARKER`` and streams the owner's answer back unchanged: status, headers (every ``Set-Cookie``
-included; hop-by-hop headers, ``date`` and ``server`` are the relaying server's own), body chunk by
-chunk. The owner runs every check again (token, session, allow-list, limits, Host/Origin).
+``service.Foreign(owner)``. The surface that catches it (REST routes, ``POST /mcp`` before the fast
+path) hands the raw request -- method, path, headers, and the body it already read under its
+limits -- to ``Forwarding.relay``, which writes it to ``owner`` unchanged but for the hop: the
+hop-by-hop headers dropped, ``host`` the owner's, ``content-length`` the body's, the marker header
+``MARKER`` added. The owner's answer is read whole and sent back as one ASGI start and one body
+message: status, headers (every ``Set-Cookie`` included; hop-by-hop headers, ``date`` and ``server``
+are the relaying server's own; ``content-length`` the body's), body. The owner runs every check
+again (token, session, allow-list, limits, Host/Origin). A connection is reused only after an
+exchange that ended exactly (``KeepAlivePool``); a forwarded request is never retried.
 
 A request that already carries the marker is never forwarded again: 508 naming both replicas. An
-owner that cannot be reached is a 502 naming it; one that does not answer within the surface's
-budget (``tool_timeout_s``, ``verify_timeout_s`` for ``/verify``, plus a margin so the owner's
-own 504 comes first) a 504 naming it. On ``/mcp`` these refusals are JSON-RPC errors, elsewhere
-``{"detail": ...}``. No upstream cookie is ever added here: the forwarder does not hold the session.
+owner that cannot be reached, or that breaks off or garbles its answer, is a 502 naming it; one that
+does not answer within the surface's budget (``tool_timeout_s``, ``verify_timeout_s`` for
+``/verify``, plus a margin so the owner's own 504 comes first) a 504 naming it. On ``/mcp`` these
+refusals are JSON-RPC errors, elsewhere ``{"detail": ...}``. No upstream cookie is ever added here:
+the forwarder does not hold the session. Every forwarded route is a POST (the relay never sends a
+HEAD, whose answer has no body).
 """
 
 from __future__ import annotations
@@ -28,13 +35,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import httpx
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from bridge.service import Bridge
+from bridge.upstream.transport import ConnectTimeout, KeepAlivePool
 
 log = logging.getLogger("gym_mcp_bridge.forwarding")
 
@@ -52,16 +59,28 @@ _NOT_FORWARDED = frozenset(
         b"transfer-encoding",
         b"upgrade",
         b"expect",
-        b"host",  # the owner's, set by the client from the URL
+        b"host",  # the owner's
         b"content-length",  # set again for the body sent
         _MARKER,
     }
 )
 _NOT_RELAYED = frozenset(
-    {b"connection", b"keep-alive", b"transfer-encoding", b"upgrade", b"trailer", b"date", b"server"}
+    {
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"upgrade",
+        b"trailer",
+        b"date",
+        b"server",
+        b"content-length",  # set again for the body relayed (the parser has de-chunked it)
+    }
 )
 _MARGIN_S = 10.0  # beyond the owner's own budget: its 504 answers first
 _CONNECT_S = 5.0
+_MAX_CONNECTIONS = 1024  # per owner
+_MAX_OWNERS = 256
+_EXPIRY_S = 30.0  # idle connections reused well inside a bridge's keep-alive window (75 s)
 
 
 class Forwarding:
@@ -77,13 +96,15 @@ class Forwarding:
         self.advertise_url = advertise_url
         self.tool_timeout_s = tool_timeout_s
         self.verify_timeout_s = verify_timeout_s
-        self._transport: httpx.AsyncHTTPTransport | None = None
+        self._marker_line = b"\r\n" + _MARKER + b": " + advertise_url.encode("latin-1")
+        self._pools: dict[str, KeepAlivePool] = {}
         self.forwarded = Counter(
             "gym_mcp_bridge_forwarded",
             "Requests for another replica's session, by outcome (relayed, unreachable, timeout, loop)",
             ["outcome"],
             registry=registry,
         )
+        self._relayed = self.forwarded.labels("relayed")
 
     @classmethod
     def of(cls, bridge: Bridge) -> Forwarding:
@@ -93,22 +114,40 @@ class Forwarding:
             bridge.advertise_url, settings.tool_timeout_s, settings.verify_timeout_s, bridge.metrics.registry
         )
 
-    def transport(self) -> httpx.AsyncHTTPTransport:
-        """The pooled keep-alive transport: no proxy from the environment, no retry, no redirect,
-        no cookie jar, no default headers (the owner gets the caller's headers, and the marker)."""
-        if self._transport is None:
-            limits = httpx.Limits(max_connections=1024, max_keepalive_connections=128)
-            self._transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
-        return self._transport
+    def pool(self, owner: str) -> KeepAlivePool:
+        """The keep-alive pool to ``owner`` (a peer's base URL, already allowed by ``Peers``)."""
+        pool = self._pools.get(owner)
+        if pool is None:
+            if len(self._pools) >= _MAX_OWNERS:  # replicas replaced over a long run: drop the oldest
+                self._pools.pop(next(iter(self._pools))).close()
+            pool = self._pools[owner] = KeepAlivePool(
+                owner, _MAX_CONNECTIONS, _EXPIRY_S, _CONNECT_S, "owner replica"
+            )
+        return pool
 
     async def aclose(self) -> None:
-        if self._transport is not None:
-            await self._transport.aclose()
-            self._transport = None
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
 
     def response(self, body: bytes, owner: str) -> Response:
         """A Starlette response whose sending relays the request to ``owner`` (REST routes)."""
         return _Relayed(self, body, owner)
+
+    def request_bytes(self, scope: Scope, body: bytes, pool: KeepAlivePool) -> bytes:
+        """The request as written to the owner: request line, the caller's headers less the hop's,
+        ``host``, the marker and ``content-length``, then the body -- one buffer, one write."""
+        path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        query = scope.get("query_string", b"")
+        parts = [scope["method"].encode("latin-1"), b" ", path]
+        if query:
+            parts += (b"?", query)
+        parts += (b" HTTP/1.1\r\nhost: ", pool.host_header)
+        for key, value in scope["headers"]:
+            if key not in _NOT_FORWARDED:
+                parts += (b"\r\n", key, b": ", value)
+        parts += (self._marker_line, b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n\r\n", body)
+        return b"".join(parts)
 
     async def relay(self, scope: Scope, body: bytes, owner: str, send: Send) -> None:
         """Send the request (``scope`` + ``body``) to ``owner``; send its answer back unchanged."""
@@ -123,50 +162,26 @@ class Forwarding:
             )
             await _refuse(scope, body, send, 508, reason)
             return
-        path = scope.get("raw_path") or scope["path"].encode("utf-8")
-        query = scope.get("query_string", b"")
-        url = owner + path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-        sent = [(key, value) for key, value in headers if key not in _NOT_FORWARDED]
-        sent.append((_MARKER, self.advertise_url.encode("latin-1")))
         budget = (self.verify_timeout_s if scope["path"] == "/verify" else self.tool_timeout_s) + _MARGIN_S
-        timeout = httpx.Timeout(budget, connect=min(budget, _CONNECT_S))
         try:
-            request = httpx.Request(
-                scope["method"], url, headers=sent, content=body, extensions={"timeout": timeout.as_dict()}
-            )
-            response = await self.transport().handle_async_request(request)
-        except httpx.TimeoutException as exc:
-            if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
-                await self._unreachable(scope, body, send, owner, exc)
-            else:
-                self.forwarded.labels("timeout").inc()
-                reason = f"owner replica {owner} did not answer within {budget:g}s (session forwarded there)"
-                await _refuse(scope, body, send, 504, reason)
-            return
-        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            pool = self.pool(owner)
+            status, answer_headers, answer = await pool.send(self.request_bytes(scope, body, pool), budget)
+        except ConnectTimeout as exc:
             await self._unreachable(scope, body, send, owner, exc)
             return
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": [
-                        (key.lower(), value)
-                        for key, value in response.headers.raw
-                        if key.lower() not in _NOT_RELAYED
-                    ],
-                }
-            )
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            self.forwarded.labels("relayed").inc()
-        except httpx.HTTPError as exc:  # the owner went away mid-answer: the connection is cut
-            self.forwarded.labels("unreachable").inc()
-            raise ConnectionAbortedError(f"owner replica {owner} broke off its answer: {exc!r}") from exc
-        finally:
-            await response.aclose()
+        except TimeoutError:
+            self.forwarded.labels("timeout").inc()
+            reason = f"owner replica {owner} did not answer within {budget:g}s (session forwarded there)"
+            await _refuse(scope, body, send, 504, reason)
+            return
+        except (OSError, ValueError) as exc:  # refused, reset, closed or garbled mid-answer; a bad URL
+            await self._unreachable(scope, body, send, owner, exc)
+            return
+        relayed = [(key, value) for key, value in answer_headers if key not in _NOT_RELAYED]
+        relayed.append((b"content-length", str(len(answer)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": relayed})
+        await send({"type": "http.response.body", "body": answer, "more_body": False})
+        self._relayed.inc()
 
     async def _unreachable(self, scope: Scope, body: bytes, send: Send, owner: str, exc: Exception) -> None:
         self.forwarded.labels("unreachable").inc()

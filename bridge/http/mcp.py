@@ -23,8 +23,9 @@ the two paths answer byte for byte alike.
 
 Another replica's session (a token that verifies but names another replica, inside the peers) is
 relayed to that replica as the raw request, and its answer sent back unchanged (``forwarding``):
-the fast path learns it from ``_call`` (``Foreign``), at no cost to this replica's own calls; a
-request bound for the SDK is checked first (``McpEndpoint._owner``).
+``McpEndpoint.post`` checks the token first (``_owner``: for this replica's own tokens one cached
+lookup), so a relayed request costs no JSON parse here; ``_call`` still raises ``Foreign`` for a
+caller that did not check.
 """
 
 from __future__ import annotations
@@ -99,13 +100,13 @@ class McpEndpoint:
 
     async def post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         """A ``POST /mcp`` whose body was read and limited by the caller (``receive`` replays it):
-        the fast path answers a plain ``tools/call``; a request for another replica's session goes
-        to its owner; everything else to the SDK."""
-        if self.fast is not None and await self.fast.answer(scope, body, send):
-            return
+        a request for another replica's session goes to its owner before anything parses its body;
+        the fast path answers a plain ``tools/call``; everything else goes to the SDK."""
         owner = self._owner(scope)
         if owner is not None:
             await self.forwarding.relay(scope, body, owner, send)
+            return
+        if self.fast is not None and await self.fast.answer(scope, body, send):
             return
         await self.sdk_app(scope, receive, send)
 

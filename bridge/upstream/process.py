@@ -45,7 +45,7 @@ from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
     UpstreamTimeout,
     UpstreamUnavailable,
-    _KeepAlivePool,
+    KeepAlivePool,
     check_request,
 )
 
@@ -131,8 +131,8 @@ class Upstream:
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=60),
         )
         # Tool calls and other POSTs to a plain-http upstream go through this lean keep-alive pool
-        # (see _KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
-        self._pool: _KeepAlivePool | None = None
+        # (see KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
+        self._pool: KeepAlivePool | None = None
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -432,7 +432,7 @@ class Upstream:
             # upstream never closes one under a request we just wrote: ours runs uvicorn with 75 s;
             # an external server may use uvicorn's default 5 s.
             expiry = 60.0 if self.mode == "managed" else 4.0
-            pool = self._pool = _KeepAlivePool(
+            pool = self._pool = KeepAlivePool(
                 self.url, max_connections=512, expiry_s=expiry, connect_timeout_s=5.0
             )
         try:

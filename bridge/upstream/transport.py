@@ -1,4 +1,8 @@
-"""The HTTP/1.1 transport to the upstream: request checks, the keep-alive pool, its errors.
+"""The raw HTTP/1.1 keep-alive client: the upstream's request checks, the pool, its errors.
+
+One ``KeepAlivePool`` per ``http(s)://host:port`` it talks to: the upstream (``post``, with the
+checks below) and, for forwarding, each peer replica (``send``: a request the caller serialized from
+a request that already went through a server's parser, relayed byte for byte).
 
 Requests are checked before a byte is written (defence in depth: the entries validate tool names
 too): the path must be ``/`` plus 1-128 of ``[A-Za-z0-9_.-]`` (the MCP tool-name rule, which
@@ -14,7 +18,9 @@ read or later), a second or pipelined response, any byte that arrives while the 
 (a late answer: checked again, with a zero-timeout poll, just before reuse), a parse error, a
 timeout, a cancelled call or ``connection: close`` close it instead, so no caller ever reads an
 answer meant for another. Every request reaches the upstream through ``Upstream.post``: this
-pool for ``http://`` upstreams, httpx (``process.py``) for ``https://`` and the probes.
+pool for ``http://`` upstreams, httpx (``process.py``) for ``https://`` and the probes. Waiting for
+a free connection or connecting past its budget raises ``ConnectTimeout`` (a ``TimeoutError``):
+nothing was sent, which a relay tells apart from an exchange that timed out.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 import select
+import ssl
 import time
 from typing import Any
 
@@ -35,6 +42,10 @@ class UpstreamUnavailable(Exception):
 
 class UpstreamTimeout(Exception):
     """The upstream did not answer within the budget (504)."""
+
+
+class ConnectTimeout(TimeoutError):
+    """No connection within the budget (all busy, or connecting took too long): nothing was sent."""
 
 
 class UpstreamRequestRefused(ValueError):
@@ -100,7 +111,9 @@ class _Exchange(asyncio.Protocol):
     one in the same read, closes the connection. (Bare CR/LF right after a response in the same read
     is skipped by llhttp, as between any two messages: it cannot form an answer.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, peer: str = "upstream", poll_idle: bool = True) -> None:
+        self.peer = peer  # what the errors call the server: "upstream", "owner replica"
+        self.poll_idle = poll_idle  # off under TLS: a session ticket is readable bytes, not an answer
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
@@ -120,7 +133,7 @@ class _Exchange(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
         sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(select, "poll"):
+        if sock is not None and self.poll_idle and hasattr(select, "poll"):
             self.poller = select.poll()
             self.poller.register(sock.fileno(), select.POLLIN)
 
@@ -133,12 +146,12 @@ class _Exchange(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:  # also _ExtraResponse, after the waiter got its answer
-            self._fail(ConnectionError(f"malformed HTTP response from the upstream: {exc}"))
+            self._fail(ConnectionError(f"malformed HTTP response from the {self.peer}: {exc}"))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._fail(ConnectionError("upstream closed the connection before it answered"))
+        self._fail(ConnectionError(f"{self.peer} closed the connection before it answered"))
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -167,7 +180,7 @@ class _Exchange(asyncio.Protocol):
     async def exchange(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds."""
         if self.closed or self.transport is None or self.in_flight:
-            raise ConnectionError("upstream closed the connection")
+            raise ConnectionError(f"{self.peer} closed the connection")
         self._reset()
         loop = asyncio.get_running_loop()
         waiter = self.waiter = loop.create_future()
@@ -194,24 +207,36 @@ class _Exchange(asyncio.Protocol):
             self.transport.close()
 
 
-class _KeepAlivePool:
-    """Pooled keep-alive HTTP/1.1 connections to one ``http://host:port`` upstream, for the hot path.
+class KeepAlivePool:
+    """Pooled keep-alive HTTP/1.1 connections to one ``http(s)://host:port``, for the hot path.
 
-    The upstream is a local Gym server speaking plain HTTP/1.1, so a request is one write of the
-    serialized request and one httptools-parsed response, without httpx's per-request machinery
-    (its transport, pool bookkeeping and stream wrappers were over half of the bridge's CPU per tool
-    call in a profile). Idle connections are reused newest first and dropped after ``expiry_s`` or
-    as soon as the upstream closes them or sends anything; a connection whose exchange did not end
-    exactly (timed out, cancelled, failed, extra bytes) is never reused. ``post`` refuses unsafe
-    requests with ``UpstreamRequestRefused`` before connecting or writing."""
+    A request is one write of the serialized request (head and body together) and one
+    httptools-parsed response, without httpx's per-request machinery (its transport, pool
+    bookkeeping and stream wrappers were over half of the bridge's CPU per tool call in a profile,
+    and two thirds of a forwarding replica's). Idle connections are reused newest first and dropped
+    after ``expiry_s`` or as soon as the server closes them or sends anything; a connection whose
+    exchange did not end exactly (timed out, cancelled, failed, extra bytes) is never reused.
+    ``post`` refuses unsafe requests with ``UpstreamRequestRefused`` before connecting or writing."""
 
-    def __init__(self, url: str, max_connections: int, expiry_s: float, connect_timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        max_connections: int,
+        expiry_s: float,
+        connect_timeout_s: float,
+        peer: str = "upstream",
+    ) -> None:
         parts = httpx.URL(url)
         self.url = url
+        self.peer = peer
         self.host = parts.host
-        self.port = parts.port or 80
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl = ssl.create_default_context() if parts.scheme == "https" else None
         netloc = f"[{self.host}]" if ":" in self.host else self.host
-        self.host_header = f"{netloc}:{self.port}".encode("latin-1")
+        default = (parts.scheme == "https" and self.port == 443) or (
+            parts.scheme == "http" and self.port == 80
+        )
+        self.host_header = (netloc if default else f"{netloc}:{self.port}").encode("latin-1")
         self.expiry_s = expiry_s
         self.connect_timeout_s = connect_timeout_s
         self.idle: list[_Exchange] = []
@@ -219,8 +244,18 @@ class _KeepAlivePool:
 
     async def _connect(self, timeout: float) -> _Exchange:
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(min(timeout, self.connect_timeout_s)):
-            _, protocol = await loop.create_connection(_Exchange, self.host, self.port)
+        try:
+            async with asyncio.timeout(min(timeout, self.connect_timeout_s)):
+                _, protocol = await loop.create_connection(
+                    lambda: _Exchange(self.peer, poll_idle=self.ssl is None),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                )
+        except TimeoutError as exc:
+            raise ConnectTimeout(
+                f"no connection to {self.url} within {min(timeout, self.connect_timeout_s):g}s"
+            ) from exc
         return protocol
 
     def _take(self) -> _Exchange | None:
@@ -247,12 +282,22 @@ class _KeepAlivePool:
             str(len(body)).encode(),
         )
         head.append(b"\r\n\r\n")
-        request = b"".join(head) + body
+        return await self.send(b"".join(head) + body, timeout)
+
+    async def send(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Write ``request`` (a whole serialized HTTP/1.1 request with a body, never HEAD) on a pooled
+        connection and read its whole answer: (status, headers with lower-cased names, body).
+        ``ConnectTimeout`` when no connection came within the budget (nothing sent), TimeoutError
+        when the exchange did not end within it, ``OSError`` when connecting failed or the
+        connection broke (``ConnectionError``) before the answer ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if self.gate.locked():  # all connections busy: the wait counts against the budget
-            async with asyncio.timeout(timeout):
-                await self.gate.acquire()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.gate.acquire()
+            except TimeoutError as exc:
+                raise ConnectTimeout(f"no free connection to {self.url} within {timeout:g}s") from exc
         else:
             await self.gate.acquire()
         try:
