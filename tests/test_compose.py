@@ -151,8 +151,9 @@ def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) 
     ).stdout.split("\n")
     assert [m.split()[:2] for m in modes if m] == [["600", "10001"], ["600", "10001"]], modes
     container = docker_engine.client.containers.get(clone.compose("ps", "-q", "bridge").stdout.strip())
-    top = container.top(ps_args="-o uid,args")
-    assert top["Processes"] and all(p[0] == "10001" for p in top["Processes"]), top
+    top = container.top(ps_args="-o pid,uid,args")
+    uid = top["Titles"].index("UID")
+    assert top["Processes"] and all(p[uid] == "10001" for p in top["Processes"]), top
 
     # The quickstart from the host: no key given, it finds the compose deployment's key itself.
     quick = subprocess.run(
