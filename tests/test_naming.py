@@ -42,6 +42,7 @@ def sha1(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 CODEX_LONG_HASH = sha1(f"workplace-assistant\0workplace-assistant\0\0{LONG}\0{LONG}")[:12]
+CODEX_LONG_HASH_90 = sha1(f"{'w' * 90}\0{'w' * 90}\0\0{LONG}\0{LONG}")[:12]
 AGENTS_LONG_HASH = sha1(f"workplace-assistant\0{LONG}")[:8]
 CODEX_LEGACY_HASH = sha1(f"mcp__workplace-assistant__{LONG}")
 
@@ -53,13 +54,17 @@ RENDER_CASES = [
     ("codex", "increment_counter", "counter", "mcp__counter__increment_counter"),
     # current Codex sanitizes '-' too
     ("codex", "get-counter", "work-place", "mcp__work_place__get_counter"),
-    # 5 + 19 + 2 + 45 = 71 > 64: tool truncated to 64 - 26 - 13 = 25 chars + "_" + 12 hex
+    # 5 + 19 + 2 + 45 = 71 <= 128 (Codex 0.171.0's limit, measured: tests/fixtures/client_names/
+    # codex-cli.json): no hash. Past 128 the tool is cut to 128 - len(ns) - 2 - 13 + "_" + 12 hex;
+    # the 64 of the source revision once read is still resolved (RESOLVE_CASES).
     (
         "codex",
         LONG,
         "workplace-assistant",
-        "mcp__workplace_assistant__customer_relationship_man_" + CODEX_LONG_HASH,
+        "mcp__workplace_assistant__customer_relationship_manager_update_customer",
     ),
+    # 5 + 90 + 2 + 45 = 142 > 128: tool truncated to 128 - 97 - 13 = 18 chars + "_" + 12 hex
+    ("codex", LONG, "w" * 90, f"mcp__{'w' * 90}__customer_relations_" + CODEX_LONG_HASH_90),
     ("codex-legacy", "increment_counter", "counter", "mcp__counter__increment_counter"),
     ("codex-legacy", LONG, "workplace-assistant", "mcp__workplace-assistant" + CODEX_LEGACY_HASH),
     ("gemini", "increment_counter", "counter", "mcp_counter_increment_counter"),
@@ -104,7 +109,7 @@ def test_render_table_covers_every_convention() -> None:
 
 
 def test_truncated_renders_fit_the_client_limits() -> None:
-    assert len(render(LONG, "workplace-assistant", "codex")) == 64
+    assert len(render(LONG, "w" * 90, "codex")) == 128
     assert len(render(LONG, "workplace-assistant", "codex-legacy")) == 64
     # 55-char stem "..._manager_" loses its trailing "_" (rstrip("_-")) before "_" + 8 hex
     assert len(render(LONG, "workplace-assistant", "agents-sdk")) == 63
@@ -189,14 +194,15 @@ def test_ambiguous_is_reported_not_guessed() -> None:
 
 
 def test_hash_suffix_is_verified_not_trusted() -> None:
-    good = render(LONG, "workplace-assistant", "codex")
+    good = "mcp__workplace_assistant__customer_relationship_man_" + CODEX_LONG_HASH  # hashed at 64
     bad = good[:-12] + ("0" * 12 if not good.endswith("0" * 12) else "1" * 12)
     assert resolve(good, KNOWN, ["workplace-assistant"]).canonical == LONG
     assert resolve(bad, KNOWN, ["workplace-assistant"]).canonical is None
     agents_bad = render(LONG, "workplace-assistant", "agents-sdk")[:-8] + "deadbeef"
     assert resolve(agents_bad, KNOWN, ["workplace-assistant"]).canonical is None
     # the right hash from another server name proves nothing about ours
-    other = render(LONG, "workplace-assistant-2", "codex")
+    other = render(LONG, "w" * 90, "codex")  # hashed at 128
+    assert resolve(other, KNOWN, ["w" * 90]).canonical == LONG
     assert resolve(other, KNOWN, ["workplace-assistant"]).canonical is None
 
 

@@ -56,7 +56,9 @@ ToolHive's default prefix (for names already in ``[A-Za-z0-9_-]`` they emit the 
 """
 
 # Limits and constants, each from the client named (see docs/naming.md).
-_CODEX_MAX = 64  # codex-rs MAX_TOOL_NAME_LENGTH
+_CODEX_MAX = 128  # Codex 0.171.0, measured: hashed once len(namespace) + 2 + len(name) passes it
+_CODEX_LIMITS = (_CODEX_MAX, 64)  # 64: MAX_TOOL_NAME_LENGTH in the codex-rs source once read
+_CODEX_LEGACY_MAX = 64  # older codex-rs qualify_tools
 _CODEX_HASH_LEN = 12  # codex-rs CALLABLE_NAME_HASH_LEN
 _CODEX_LEGACY_HASH_LEN = 40  # full SHA-1 hex, older codex-rs qualify_tools
 _GEMINI_SAFE_LIMIT = 63  # gemini-cli MAX_FUNCTION_NAME_LENGTH - 1
@@ -131,19 +133,22 @@ def _codex_identity(server: str, tool: str, variant: int = 0) -> str:
     return f"{server}\0{namespace}\0\0{tool}\0{tool}"
 
 
-def _render_codex(tool: str, server: str, *, variant: int = 0, collided: bool = False) -> str:
-    """Codex ``normalize_tools_for_model_with_prefix`` flattened like ``canonical_flat_name``."""
+def _render_codex(
+    tool: str, server: str, *, variant: int = 0, collided: bool = False, limit: int = _CODEX_MAX
+) -> str:
+    """Codex ``normalize_tools_for_model_with_prefix`` flattened like ``canonical_flat_name``;
+    ``limit`` is 128 in Codex 0.171.0 (measured), 64 in the source revision cited in naming.md."""
     namespace = "mcp__" + _san_codex(server)
     name = _san_codex(tool)
     suffix = "_" + _sha1(_codex_identity(server, tool, variant))[:_CODEX_HASH_LEN]
     if collided:  # two raw tools sanitized to the same name: both get the hash appended
         name += suffix
-    if len(namespace) + 2 + len(name) > _CODEX_MAX:  # fit_callable_parts_with_hash
-        max_tool_len = _CODEX_MAX - len(namespace) - 2
+    if len(namespace) + 2 + len(name) > limit:  # fit_callable_parts_with_hash
+        max_tool_len = limit - len(namespace) - 2
         if max_tool_len >= len(suffix):
             name = name[: max_tool_len - len(suffix)] + suffix
         else:
-            namespace, name = namespace[: _CODEX_MAX - len(suffix) - 2], suffix
+            namespace, name = namespace[: limit - len(suffix) - 2], suffix
     return namespace.rstrip("_") + "__" + name.lstrip("_")
 
 
@@ -151,8 +156,8 @@ def _render_codex_legacy(tool: str, server: str) -> str:
     """Older Codex ``qualify_tools``: sanitized ``mcp__srv__tool``; past 64, prefix + SHA-1."""
     raw = f"mcp__{server}__{tool}"
     qualified = _san_codex_legacy(raw)
-    if len(qualified) > _CODEX_MAX:
-        qualified = qualified[: _CODEX_MAX - _CODEX_LEGACY_HASH_LEN] + _sha1(raw)
+    if len(qualified) > _CODEX_LEGACY_MAX:
+        qualified = qualified[: _CODEX_LEGACY_MAX - _CODEX_LEGACY_HASH_LEN] + _sha1(raw)
     return qualified
 
 
@@ -257,8 +262,8 @@ def _renderings(tool: str, server: str) -> Iterator[tuple[str, str]]:
     """Every (name, convention) some client shows for ``tool`` on a server it named ``server``,
     collision and historical variants included (their hashes are over ``server`` itself)."""
     yield render(tool, server, "claude-code"), "claude-code"
-    for variant, collided in itertools.product(range(3), (False, True)):
-        yield _render_codex(tool, server, variant=variant, collided=collided), "codex"
+    for variant, collided, limit in itertools.product(range(3), (False, True), _CODEX_LIMITS):
+        yield _render_codex(tool, server, variant=variant, collided=collided, limit=limit), "codex"
     # Codex namespace items when two servers sanitize to one namespace: the namespace gets "_" +
     # 12 hex of SHA-1 over (server, raw namespace, connector id) and the tool stays bare
     identity = server + "\0" + server + "\0"
@@ -392,11 +397,14 @@ def _hashed_splits(emitted: str, tools: Collection[str]) -> Iterator[tuple[str, 
             fitting = [t for t in tools if _san_codex(t).lstrip("_").startswith(visible)]
             for server in _server_variants(emitted[5:i]) if fitting else ():
                 for tool in fitting:
-                    for variant, collided in itertools.product(range(3), (False, True)):
-                        if _render_codex(tool, server, variant=variant, collided=collided) == emitted:
+                    for variant, collided, limit in itertools.product(range(3), (False, True), _CODEX_LIMITS):
+                        if (
+                            _render_codex(tool, server, variant=variant, collided=collided, limit=limit)
+                            == emitted
+                        ):
                             yield server, tool, "codex"
-    if len(emitted) == _CODEX_MAX and _CODEX_LEGACY_HASHED.match(emitted):
-        for end in range(6, _CODEX_MAX - _CODEX_LEGACY_HASH_LEN + 1):
+    if len(emitted) == _CODEX_LEGACY_MAX and _CODEX_LEGACY_HASHED.match(emitted):
+        for end in range(6, _CODEX_LEGACY_MAX - _CODEX_LEGACY_HASH_LEN + 1):
             for tool in tools:
                 if _render_codex_legacy(tool, emitted[5:end]) == emitted:
                     yield emitted[5:end], tool, "codex-legacy"

@@ -18,8 +18,11 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -40,44 +43,96 @@ from tests.test_clients_codex import (  # noqa: E402
 OUT = FIXTURES / "codex-cli.json"
 LONG_SERVER = "gym_bridge_rollout_session_0001_example_state_mgmt"  # 50 characters
 MID_SERVER = "gym_bridge_rollout_example_state"  # 32 characters: tool part partly kept
-# Two server names that sanitize to the same namespace (mcp__gym_bridge): the only case in which
-# Codex 0.171.0 was seen to add a hash (long names are passed through untruncated).
+# Two server names that sanitize to the same namespace (mcp__gym_bridge): Codex 0.171.0 adds a hash.
 COLLIDING = ("gym-bridge", "gym.bridge")
+
+
+def long_server(length: int, joint: str = "_") -> str:
+    """A readable server name of exactly ``length`` characters ending in its length (``joint``
+    separates the words, so two joints give two names that sanitize alike)."""
+    stem = joint.join(["gym", "bridge", "rollout", "session"] * 12)
+    return stem[: length - 4] + joint + f"{length:03d}"
+
+
+# Codex 0.171.0 hashes a namespaced MCP tool once len("mcp__" + server) + 2 + len(tool) passes 128
+# (issue 21): for the counter's 17-character tools that is a server of 105+ characters; from 109
+# on not even the 13-character hash suffix fits after the namespace. Server names of 90-127
+# characters probe both sides of both limits; the workplace tools (up to 44 characters) cross
+# the first one at shorter servers; two long servers that sanitize alike add the namespace hash.
+THRESHOLD_SERVERS = [long_server(n) for n in (90, 104, 105, 106, 108, 109, 115, 127)]
+LONG_COLLIDING = (long_server(110, "-"), long_server(110, "."))
 # (env, bridge args, runs: the server names configured together in one config.toml; None = the
 # seed's own server_name)
 RUNS: list[tuple[str, list[str], list[tuple[str | None, ...]]]] = [
     (
         "example_session_state_mgmt",
         [],
-        [(None,), ("example-session.state",), (MID_SERVER,), (LONG_SERVER,), ("s" * 70,), COLLIDING],
+        [
+            (None,),
+            ("example-session.state",),
+            (MID_SERVER,),
+            (LONG_SERVER,),
+            ("s" * 70,),
+            COLLIDING,
+            *((server,) for server in THRESHOLD_SERVERS),
+            LONG_COLLIDING,
+        ],
     ),
     (
         "workplace_assistant",
         ["--resources-server", "workplace_assistant"],
-        [(None,), (LONG_SERVER,), COLLIDING],
+        [(None,), (LONG_SERVER,), COLLIDING, (long_server(84),), (long_server(90),), (long_server(127),)],
     ),
 ]
 
 
 class ProbingStub(StubResponsesProvider):
-    """Records the tools Codex offers, then calls each offered MCP function once (one per turn)."""
+    """Records the tools Codex offers, then calls each offered MCP function once (one per turn).
 
-    def __init__(self) -> None:
+    Codex 0.171.0 sends its first model request while its MCP servers may still be starting
+    (measured: a request offering one of two configured servers, and, on a loaded machine, none),
+    so until a request offers ``expected`` MCP functions the stub answers with a call to a
+    function Codex never offered (Codex answers it with an error and asks again) and waits."""
+
+    WAIT_CALL = "wait_for_mcp_servers"
+
+    def __init__(self, expected: int) -> None:
         super().__init__([])
+        self.expected = expected
         self.probes: list[tuple[str | None, str]] = []
+        self.offered_tools: list[dict[str, Any]] = []  # the tools array of the request probed
+        self.waits = 0
+
+    @staticmethod
+    def mcp_functions(body: dict[str, Any]) -> list[tuple[str | None, str]]:
+        found: list[tuple[str | None, str]] = []
+        for tool in body.get("tools") or []:
+            if tool.get("type") == "namespace" and str(tool.get("name", "")).startswith("mcp__"):
+                found += [(tool["name"], c["name"]) for c in tool.get("tools") or []]
+            elif tool.get("type") == "function" and str(tool.get("name", "")).startswith("mcp__"):
+                found.append((None, tool["name"]))
+        return found
 
     def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
-        if not self.requests:
-            for tool in body.get("tools") or []:
-                if tool.get("type") == "namespace" and str(tool.get("name", "")).startswith("mcp__"):
-                    self.probes += [(tool["name"], c["name"]) for c in tool.get("tools") or []]
-                elif tool.get("type") == "function" and str(tool.get("name", "")).startswith("mcp__"):
-                    self.probes.append((None, tool["name"]))
         self.requests.append(body)
-        step = sum(1 for i in body.get("input") or [] if i.get("type") == "function_call_output")
+        if not self.probes:
+            offered = self.mcp_functions(body)
+            if len(offered) >= self.expected:
+                self.probes, self.offered_tools = offered, body.get("tools") or []
+        step = sum(1 for i in body.get("input") or [] if i.get("type") == "function_call_output") - self.waits
         rid = f"resp_stub_{len(self.requests)}"
         item: dict[str, Any]
-        if step < len(self.probes):
+        if not self.probes and self.waits < 40:
+            self.waits += 1
+            time.sleep(0.5)
+            item = {
+                "type": "function_call",
+                "id": f"fc_wait_{self.waits}",
+                "call_id": f"call_wait_{self.waits}",
+                "name": self.WAIT_CALL,
+                "arguments": "{}",
+            }
+        elif step < len(self.probes):
             namespace, name = self.probes[step]
             item = {
                 "type": "function_call",
@@ -105,13 +160,26 @@ class ProbingStub(StubResponsesProvider):
         ]
 
 
+def session_tools(bridge_url: str, metadata: dict[str, Any]) -> list[str]:
+    """The seeded session's tools, listed by the bridge itself (one stateless ``tools/list``)."""
+    answer = httpx.post(
+        bridge_url + str(metadata["url_path"]),
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={**metadata["headers"], "Accept": "application/json, text/event-stream"},
+        timeout=30,
+    )
+    answer.raise_for_status()
+    return [tool["name"] for tool in answer.json()["result"]["tools"]]
+
+
 def capture_one(
     codex: str, bridge: BridgeProcess, row: dict[str, Any], servers: tuple[str | None, ...]
 ) -> dict[str, Any]:
     """One ``codex exec`` with ``servers`` all configured on one seeded session of ``bridge``."""
     metadata = run_codex.mcp_metadata(run_codex.seed(bridge.url, row))
     names = [server or str(metadata["server_name"]) for server in servers]
-    with RecordingProxy(bridge.url) as proxy, ProbingStub() as stub:
+    expected = len(session_tools(bridge.url, metadata)) * len(names)
+    with RecordingProxy(bridge.url) as proxy, ProbingStub(expected) as stub:
         url = f"{proxy.url}{metadata['url_path']}"
         config = run_codex.codex_config(
             metadata,
@@ -129,6 +197,8 @@ def capture_one(
     if code != 0:
         raise SystemExit(f"codex exec exited {code}:\n{stderr[-3000:]}")
     listed = [t["name"] for t in proxy.rpc("tools/list")[0]["answer"]["result"]["tools"]]
+    if not stub.probes:
+        raise SystemExit(f"{names}: no request of Codex offered all {expected} MCP tools (listed {listed})")
     calls = mcp_calls(events)
     if len(calls) != len(stub.probes) or len(stub.probes) != len(listed) * len(names):
         raise SystemExit(f"{names}: offered {stub.probes}, listed {listed}, Codex called {calls}")
@@ -149,7 +219,7 @@ def capture_one(
                 "note": note,
             }
         )
-    return {"servers": names, "first_request_tools": stub.requests[0]["tools"], "cases": cases}
+    return {"servers": names, "first_request_tools": stub.offered_tools, "cases": cases}
 
 
 def main(argv: list[str] | None = None) -> int:
