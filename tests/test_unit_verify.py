@@ -126,7 +126,8 @@ def test_prepare_without_session_reads_chat_style_body_tools_too() -> None:
 
 def test_session_row_fills_in_a_body_with_only_a_response() -> None:
     body = {"response": response(fc("read_file", "c1"))}
-    prepared = prepare(body, view(), (), ())
+    # the session served the call (read_file is also Gemini CLI's own tool: the bare name needs it)
+    prepared = prepare(body, view([record("s1", "read_file", "read_file", {"path": "a"})]), (), ())
     assert prepared.scoring == {**ROW, "response": response(fc("read_file", "c1"))}
 
 
@@ -252,7 +253,9 @@ def test_flat_harness_name_resolves_only_under_a_known_alias() -> None:
 
 def test_exact_names_are_left_alone_and_not_reported() -> None:
     value = response(fc("read_file", "c1"), fc("search", "c2"))
-    report = normalize(value, TOOLS, {"gym"})
+    # read_file is also Gemini CLI's own tool: its bare name needs the session's call behind it
+    # (tests/test_harness_tools.py); search needs nothing
+    report = normalize(value, TOOLS, {"gym"}, [("read_file", canonical_arguments(ARGS))])
     assert names_in(value) == [("read_file", None), ("search", None)]
     assert report.normalized == {} and report.unresolved == [] and report.conventions == []
 
@@ -355,6 +358,7 @@ def test_finish_restores_names_by_call_id_and_adds_the_report() -> None:
             {"name": "mcp__other__search", "reason": "unknown server alias"},
             {"name": "mcp__filesystem.read_file", "reason": "unknown server alias"},
         ],
+        "harness_tools": [],
         "proven_aliases": [],
         "recorded_tool_calls": 0,
         "agent_never_ran": False,
@@ -483,3 +487,106 @@ def test_many_non_latin1_names_stay_bounded_and_ascii() -> None:
         "agent_never_ran": False,
         "truncated": True,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Gym's mcp_tool_call_provenance (Gym PR #2673: {call_id: {server_name, tool_name}} next to
+# ``response``): evidence under the rules names follow, never forwarded
+# --------------------------------------------------------------------------------------------
+
+
+def with_provenance(*items: dict[str, Any], **claims: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "response": response(*items),
+        "mcp_tool_call_provenance": {
+            call_id: {"server_name": server, "tool_name": tool} for call_id, (server, tool) in claims.items()
+        },
+    }
+
+
+def test_provenance_is_taken_off_the_body_before_the_upstream_sees_it() -> None:
+    prepared = prepare(with_provenance(fc("search", "c1"), c1=("gym", "search")), view(), {"gym"}, ())
+    assert "mcp_tool_call_provenance" not in prepared.scoring
+    assert prepared.scoring == {**ROW, "response": response(fc("search", "c1"))}  # the row still fills in
+    assert prepared.names.provenance == {"given": 1, "confirmed": 1}
+
+
+def test_provenance_under_a_known_alias_names_the_tool_a_name_alone_would_not() -> None:
+    # a harness whose names no rule explains (say a future one): the structured record does
+    prepared = prepare(with_provenance(fc("gymtool_7", "c1"), c1=("gym", "search")), view(), {"gym"}, ())
+    assert names_in(prepared.scoring["response"]) == [("search", None)]
+    assert prepared.names.normalized == {"gymtool_7": "search"}
+    assert prepared.names.conventions == ["provenance"]
+
+
+def test_provenance_naming_another_server_is_never_credited_even_on_a_bare_session_name() -> None:
+    # Gym's converters write MCP calls with bare names: ``search`` of a server "web" is not ours
+    prepared = prepare(with_provenance(fc("search", "c1"), c1=("web", "search")), view(), {"gym"}, ())
+    assert names_in(prepared.scoring["response"]) == [("unscored:search", None)]
+    assert prepared.names.unresolved == [
+        {"name": "search", "reason": "provenance names server 'web': no known alias, no recorded call"}
+    ]
+    assert prepared.names.provenance == {"given": 1, "confirmed": 0}
+    payload, _ = finish(prepared, upstream_echo(prepared), None)
+    assert names_in(payload["response"]) == [("search", None)]  # the caller's name comes back
+
+
+def test_provenance_server_is_proven_by_the_sessions_own_call_as_a_name_would_be() -> None:
+    log = [record("s1", "search", "search", {"path": "a"})]
+    prepared = prepare(with_provenance(fc("search", "c1"), c1=("my-gym", "search")), view(log), {"gym"}, ())
+    assert names_in(prepared.scoring["response"]) == [("search", None)]
+    assert prepared.names.proven_aliases == ["my-gym"]
+    # another session's log proves nothing: this session served no such call
+    other = prepare(with_provenance(fc("search", "c1"), c1=("my-gym", "search")), view(), {"gym"}, ())
+    assert names_in(other.scoring["response"]) == [("unscored:search", None)]
+
+
+@pytest.mark.parametrize(
+    ("item", "claim", "reason"),
+    [
+        (
+            fc("mcp__gym__read_file", "c1"),
+            ("gym", "search"),
+            "provenance names gym/search, the name resolves to read_file",
+        ),
+        (
+            fc("search", "c1"),
+            ("gym", "delete_all"),
+            "provenance names gym/delete_all: no tool of this session",
+        ),
+    ],
+)
+def test_provenance_that_contradicts_the_call_credits_nothing(
+    item: dict[str, Any], claim: tuple[str, str], reason: str
+) -> None:
+    log = [
+        record("s1", "search", "search", {"path": "a"}),
+        record("s2", "read_file", "read_file", {"path": "a"}),
+    ]
+    prepared = prepare(with_provenance(item, c1=claim), view(log), {"gym"}, ())
+    assert prepared.names.unresolved == [{"name": item["name"], "reason": reason}]
+    [(name, _)] = names_in(prepared.scoring["response"])
+    assert name not in TOOLS
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        "gym",
+        {"c1": "search"},
+        {"c1": {"server_name": "gym"}},
+        {"c1": {"server_name": "", "tool_name": "x"}},
+    ],
+)
+def test_malformed_provenance_is_a_400_with_one_line(value: Any) -> None:
+    error = refused({"response": response(fc("search", "c1")), "mcp_tool_call_provenance": value})
+    assert error.kind == "verify_body" and "\n" not in str(error)
+    assert "mcp_tool_call_provenance must be an object" in str(error)
+
+
+def test_null_provenance_is_no_provenance() -> None:
+    prepared = prepare(
+        {"response": response(fc("search", "c1")), "mcp_tool_call_provenance": None}, view(), {"gym"}, ()
+    )
+    assert prepared.names.provenance is None and "mcp_tool_call_provenance" not in prepared.scoring

@@ -17,6 +17,7 @@ upstream, and a ``recorded`` trajectory from an incomplete log is refused (409).
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 from collections.abc import Collection, Mapping
@@ -24,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.calllog import ToolCallRecord
-from bridge.scoring import naming, trajectory
+from bridge.scoring import harness, naming, trajectory
 
 BRIDGE_KEY = "_bridge"
 TYPED_VERIFY_KEY = "verification_input"
+PROVENANCE_KEY = "mcp_tool_call_provenance"  # Gym PR #2673: {call_id: {server_name, tool_name}}
 REPORT_HEADER = "x-gym-mcp-bridge"
 REPORT_HEADER_LIMIT = 4096  # bytes of the report header; past it, counts only
 
@@ -83,10 +85,12 @@ def _response_slot(body: dict[str, Any]) -> dict[str, Any] | None:
 class NameReport:
     normalized: dict[str, str] = field(default_factory=dict)  # emitted -> canonical
     unresolved: list[dict[str, str]] = field(default_factory=list)  # {"name", "reason"}
+    harness_tools: list[dict[str, Any]] = field(default_factory=list)  # {"name", "clients"[, "reason"]}
     emitted_by_call: dict[str, str] = field(default_factory=dict)  # call_id -> emitted name
     namespaces: dict[str, str] = field(default_factory=dict)  # call_id -> emitted namespace
     conventions: list[str] = field(default_factory=list)  # one per renamed call
     proven_aliases: list[str] = field(default_factory=list)
+    provenance: dict[str, int] | None = None  # {"given", "confirmed"} when the body carried Gym's field
 
 
 def _emitted_calls(response: Mapping[str, Any]) -> list[naming.EmittedCall]:
@@ -101,52 +105,180 @@ def _emitted_calls(response: Mapping[str, Any]) -> list[naming.EmittedCall]:
     ]
 
 
+def _call_provenance(body: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
+    """Gym's ``mcp_tool_call_provenance`` of a verify body (``{call_id: {server_name, tool_name}}``,
+    Gym PR #2673) as call_id -> (server, tool), removed from the body; None when absent or null.
+
+    Never forwarded: the upstream served these calls over REST through the bridge, not over its
+    own MCP, so a Gym that checks the field against its own MCP ledger would find none of them."""
+    value = body.pop(PROVENANCE_KEY, None)
+    if value is None:
+        return None
+    problem = f"{PROVENANCE_KEY} must be an object mapping call ids to {{server_name, tool_name}} strings"
+    if not isinstance(value, dict):
+        raise VerifyRefused(problem)
+    found: dict[str, tuple[str, str]] = {}
+    for call_id, entry in value.items():
+        server = entry.get("server_name") if isinstance(entry, dict) else None
+        tool = entry.get("tool_name") if isinstance(entry, dict) else None
+        if not (isinstance(server, str) and server and isinstance(tool, str) and tool):
+            raise VerifyRefused(problem)
+        found[call_id] = (server, tool)
+    return found
+
+
+@dataclass
+class _Call:
+    """What ``normalize`` decided for one function call of the trajectory."""
+
+    item: dict[str, Any]
+    emitted: str
+    namespace: str | None
+    arguments: bytes | None
+    canonical: str | None
+    convention: str | None
+    reason: str | None
+    clients: list[str]  # harness clients whose own tools include this name
+    claimed: tuple[str, str] | None = None  # provenance (server, tool) still to prove from the log
+
+    @property
+    def shown(self) -> str:
+        return f"{self.namespace}.{self.emitted}" if self.namespace else self.emitted
+
+    @property
+    def guarded(self) -> bool:
+        """A harness tool's bare name credited to the session tool of that name: needs the record."""
+        return bool(self.clients) and self.namespace is None and self.canonical == self.emitted
+
+
+def _decide(
+    item: dict[str, Any],
+    known: Collection[str],
+    trusted: Collection[str],
+    provenance: Mapping[str, tuple[str, str]] | None,
+) -> _Call | None:
+    emitted = item.get("name")
+    if not isinstance(emitted, str):
+        return None
+    namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
+    result = naming.resolve(emitted, known, trusted, namespace=namespace)
+    call = _Call(
+        item,
+        emitted,
+        namespace,
+        naming.canonical_arguments(item.get("arguments")),
+        result.canonical,
+        result.convention,
+        result.reason,
+        harness.clients_of(emitted, namespace),
+    )
+    call_id = item.get("call_id")
+    claim = provenance.get(call_id) if provenance is not None and isinstance(call_id, str) else None
+    if claim is None:
+        return call
+    server, tool = claim
+    if tool not in known:
+        call.canonical, call.reason = None, f"provenance names {server}/{tool}: no tool of this session"
+    elif call.canonical is not None and call.canonical != tool:
+        call.canonical = None
+        call.reason = f"provenance names {server}/{tool}, the name resolves to {result.canonical}"
+    elif server in trusted:
+        call.canonical, call.convention = tool, call.convention or "provenance"
+    else:
+        call.canonical, call.claimed = None, claim
+    return call
+
+
 def normalize(
     response: dict[str, Any],
     known: Collection[str],
     aliases: Collection[str],
     served: Collection[tuple[str, bytes | None]] = (),
+    provenance: Mapping[str, tuple[str, str]] | None = None,
 ) -> NameReport:
     """Rename ``response``'s function calls in place to canonical names, on the evidence of the known
-    ``aliases`` and of the calls the session ``served`` (canonical name, canonical arguments)."""
+    ``aliases``, of the calls the session ``served`` (canonical name, canonical arguments) and of
+    Gym's per-call ``provenance`` (call_id -> (server, tool)), which confirms or refutes a call and
+    proves its server only as a name would. A harness tool's bare name that is also a session tool
+    is credited only with a served call (same tool and arguments) left for it."""
     report = NameReport()
     proven = naming.prove_aliases(_emitted_calls(response), known, aliases, served) if served else set()
-    report.proven_aliases = sorted(proven)
     trusted = {*aliases, *proven}
-    for item in trajectory.function_calls(response):
-        emitted = item.get("name")
-        if not isinstance(emitted, str):
-            continue
-        namespace = item.get("namespace") if isinstance(item.get("namespace"), str) else None
-        result = naming.resolve(emitted, known, trusted, namespace=namespace)
-        if result.canonical is None:
-            shown = f"{namespace}.{emitted}" if namespace else emitted
-            entry = {"name": shown, "reason": result.reason or naming.UNKNOWN_TOOL}
-            if entry not in report.unresolved:
-                report.unresolved.append(entry)
-            if namespace is not None:
-                # Gym reads only ``name``: a namespace item kept as emitted would be scored as the
-                # session tool its bare name spells. Gym gets the flat name instead (a tool it does
-                # not know); the caller's names come back in the answer.
-                call_id = item.get("call_id")
-                if isinstance(call_id, str):
-                    report.emitted_by_call[call_id] = emitted
-                    report.namespaces[call_id] = namespace
-                item["name"] = naming.flat_name(emitted, namespace)
-                item.pop("namespace", None)
-            continue
-        if result.canonical == emitted and namespace is None:
-            continue
-        report.normalized[f"{namespace}.{emitted}" if namespace else emitted] = result.canonical
-        report.conventions.append(result.convention or "exact")
-        call_id = item.get("call_id")
+    calls = [
+        c for c in (_decide(i, known, trusted, provenance) for i in trajectory.function_calls(response)) if c
+    ]
+    remaining = collections.Counter(served)
+    for call in calls:  # calls credited on their own take their served call first
+        if (
+            call.canonical is not None
+            and not call.guarded
+            and remaining[(call.canonical, call.arguments)] > 0
+        ):
+            remaining[(call.canonical, call.arguments)] -= 1
+    for call in calls:
+        if call.claimed is not None:
+            server, tool = call.claimed
+            if server in trusted or remaining[(tool, call.arguments)] > 0:
+                if server not in trusted:  # the log proves this server as it proves a name's
+                    remaining[(tool, call.arguments)] -= 1
+                    trusted.add(server)
+                    proven.add(server)
+                call.canonical, call.convention = tool, call.convention or "provenance"
+            else:
+                call.reason = f"provenance names server {server!r}: no known alias, no recorded call"
+        elif call.guarded:
+            if remaining[(call.emitted, call.arguments)] > 0:
+                remaining[(call.emitted, call.arguments)] -= 1
+            else:
+                call.canonical = None
+                call.reason = "also a tool of this session; no call the session served proves it"
+    report.proven_aliases = sorted(proven)
+    if provenance is not None:
+        confirmed = sum(1 for c in calls if c.canonical is not None and c.item.get("call_id") in provenance)
+        report.provenance = {"given": len(provenance), "confirmed": confirmed}
+    for call in calls:
+        _apply(call, known, report)
+    return report
+
+
+def _apply(call: _Call, known: Collection[str], report: NameReport) -> None:
+    """Rename ``call.item`` for the upstream and note it in ``report``."""
+    item, emitted, namespace = call.item, call.emitted, call.namespace
+    call_id = item.get("call_id")
+    if call.canonical is None:
+        if call.clients:
+            entry: dict[str, Any] = {"name": call.shown, "clients": call.clients}
+            if call.reason is not None and (call.guarded or emitted in known):
+                entry["reason"] = call.reason
+            if entry not in report.harness_tools:
+                report.harness_tools.append(entry)
+        else:
+            unresolved = {"name": call.shown, "reason": call.reason or naming.UNKNOWN_TOOL}
+            if unresolved not in report.unresolved:
+                report.unresolved.append(unresolved)
+        if namespace is None and emitted not in known:
+            return
+        # Gym reads only ``name``: a namespace item kept as emitted, or a bare name this verify
+        # refused to credit, would be scored as the session tool it spells. Gym gets a name no
+        # tool can have instead (the flat Codex name, or one with ":"); the caller's names come back.
         if isinstance(call_id, str):
             report.emitted_by_call[call_id] = emitted
             if namespace is not None:
                 report.namespaces[call_id] = namespace
-        item["name"] = result.canonical
+        flat = naming.flat_name(emitted, namespace)
+        item["name"] = flat if flat not in known else f"unscored:{flat}"
         item.pop("namespace", None)
-    return report
+        return
+    if call.canonical == emitted and namespace is None:
+        return
+    report.normalized[call.shown] = call.canonical
+    report.conventions.append(call.convention or "exact")
+    if isinstance(call_id, str):
+        report.emitted_by_call[call_id] = emitted
+        if namespace is not None:
+            report.namespaces[call_id] = namespace
+    item["name"] = call.canonical
+    item.pop("namespace", None)
 
 
 def agent_never_ran(response: Mapping[str, Any], recorded_calls: int) -> bool:
@@ -241,6 +373,7 @@ def prepare(
         except trajectory.TrajectoryError as exc:
             raise VerifyRefused(f"invalid trajectory: {exc}") from exc
     declared = _declared_aliases(body)
+    provenance = _call_provenance(body)
     typed = TYPED_VERIFY_KEY in body
     if session is not None and not typed and not (set(body) - {"response"}):
         body = {**session.row, **body}
@@ -255,7 +388,7 @@ def prepare(
         else []
     )
     known = _known_names(session.tool_names if session else None, scoring, upstream_tools)
-    names = normalize(response, known, {*aliases, *declared}, served)
+    names = normalize(response, known, {*aliases, *declared}, served, provenance)
     recorded = session.calls_served if session is not None else 0
     return Prepared(scoring, response, names, typed, agent_never_ran(response, recorded), recorded)
 
@@ -267,10 +400,13 @@ def finish(prepared: Prepared, payload: dict[str, Any], signed_calls: Any) -> tu
     report: dict[str, Any] = {
         "normalized": names.normalized,
         "unresolved": names.unresolved,
+        "harness_tools": names.harness_tools,
         "proven_aliases": names.proven_aliases,
         "recorded_tool_calls": prepared.recorded_calls,
         "agent_never_ran": prepared.never_ran,
     }
+    if names.provenance is not None:
+        report[PROVENANCE_KEY] = names.provenance
     header = report_header(report)
     if signed_calls is not None:
         report["provenance"] = signed_calls

@@ -1,0 +1,94 @@
+"""Harness-side tools: the tools a harness CLI offers its model besides the MCP servers' tools.
+
+Claude Code's ``ToolSearch``, ``Bash``, ``Read``..., Codex's ``exec_command``, ``apply_patch``...,
+Gemini CLI's ``run_shell_command``, ``read_file``... appear in a transcript as function calls like
+any other. They are no tool of the Gym session, so ``/verify`` reports them under
+``_bridge.harness_tools`` rather than as unresolved names. Some share a bare name with a session
+tool (a Gym env may well have a ``read_file`` or a ``shell``), and Gym's converters write MCP calls
+with bare names, so such a name alone proves nothing: ``verify`` credits it to the session tool
+only with the session's own recorded call (same tool, same arguments) behind it.
+
+The table below is data: the names each CLI put in its model requests, captured from the real
+CLIs (``tests/interop/capture_harness_tools.py`` writes ``tests/fixtures/harness_tools/<client>.json``;
+``tests/test_harness_tools.py`` checks this table equals those fixtures). Which harness produced a
+transcript is not known to the bridge (a verify body does not say, and any caller can send one),
+so every lookup is over the union of all clients: that only widens the set of bare names that need
+the session's record before they are credited, and never credits anything.
+
+A Codex namespace function is written ``<namespace>.<name>`` (as ``_bridge`` shows it).
+"""
+
+from __future__ import annotations
+
+__all__ = ["HARNESS_TOOLS", "clients_of"]
+
+HARNESS_TOOLS: dict[str, frozenset[str]] = {
+    # claude-code 2.1.332, captured 2026-12-02 (tests/fixtures/harness_tools/claude-code.json)
+    "claude-code": frozenset(
+        {
+            "Agent",
+            "Bash",
+            "CronCreate",
+            "CronDelete",
+            "CronList",
+            "DeferredToolPlaceholder",
+            "Edit",
+            "EnterWorktree",
+            "ExitWorktree",
+            "ListAgents",
+            "Monitor",
+            "NotebookEdit",
+            "Read",
+            "ReportFindings",
+            "ScheduleWakeup",
+            "SendMessage",
+            "Skill",
+            "TaskStop",
+            "ToolSearch",
+            "WebFetch",
+            "WebSearch",
+            "Workflow",
+            "Write",
+        }
+    ),
+    # codex-cli 0.171.0, captured 2026-12-02 (tests/fixtures/harness_tools/codex-cli.json)
+    "codex-cli": frozenset(
+        {
+            "create_goal",
+            "exec_command",
+            "get_goal",
+            "list_mcp_resource_templates",
+            "list_mcp_resources",
+            "multi_agent_v1.close_agent",
+            "multi_agent_v1.resume_agent",
+            "multi_agent_v1.send_input",
+            "multi_agent_v1.spawn_agent",
+            "multi_agent_v1.wait_agent",
+            "read_mcp_resource",
+            "request_user_input",
+            "update_goal",
+            "view_image",
+            "write_stdin",
+        }
+    ),
+    # gemini-cli 0.56.0, captured 2026-12-02 (tests/fixtures/harness_tools/gemini-cli.json)
+    "gemini-cli": frozenset(
+        {
+            "enter_plan_mode",
+            "glob",
+            "google_web_search",
+            "grep_search",
+            "invoke_agent",
+            "list_directory",
+            "read_file",
+            "update_topic",
+        }
+    ),
+}
+"""client -> the names of its own tools, as captured (client names as in the fixtures)."""
+
+
+def clients_of(name: str, namespace: str | None = None) -> list[str]:
+    """The clients whose own tools include the function ``name`` (in ``namespace``), sorted."""
+    shown = f"{namespace}.{name}" if namespace else name
+    return sorted(client for client, tools in HARNESS_TOOLS.items() if shown in tools)
