@@ -1,0 +1,274 @@
+"""Scoring evidence end to end (issue 21 items 4-6): a real bridge in front of a real Gym resources
+server, sessions seeded and tools called over MCP with the SDK client, then ``/verify``.
+
+* Codex's 128-character rule: names the real Codex 0.171.0 showed its model under 90- and
+  127-character server names (read from ``tests/fixtures/client_names/codex-cli.json``, never from
+  our renderer) score ``workplace_assistant``'s ground truth as Gym scores it natively; Gym itself,
+  handed those names, scores 0.0 (what the bridge gave before, with its 64-character rule).
+* Harness tools: a session tool that shares its bare name with Gemini CLI's own ``read_file``
+  (``tests/fixtures/harness_named_server.py``) scores only on this session's own served call, never
+  on a neighbour session's; Claude Code's ``ToolSearch`` is reported as a harness tool.
+* Gym's ``mcp_tool_call_provenance``: confirms calls under the seed's server name, refutes a bare
+  name it says went to another server, and proves a server only with this session's served calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import HEADER, BridgeProcess, gym_data, mcp_client
+from tests.fixtures.helpers import fault_env
+from tests.interop.stubs.common import ground_truth_solution, native_reward, upstream_url
+
+pytestmark = pytest.mark.anyio
+CODEX_NAMES = Path(__file__).resolve().parent / "fixtures" / "client_names" / "codex-cli.json"
+HARNESS_SPEC = "tests.fixtures.harness_named_server:HarnessNamedToolServer"
+READ_ROW: dict[str, Any] = {
+    "responses_create_params": {"input": "What does notes.txt say?"},
+    "expected_path": "notes.txt",
+}
+
+
+def gym_response(output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": "resp_evidence",
+        "object": "response",
+        "created_at": 0,
+        "model": "evidence-test",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+def call(call_id: str, name: str, arguments: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    item = {
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "status": "completed",
+    }
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
+
+
+def verify(bridge: BridgeProcess, token: str, body: dict[str, Any]) -> dict[str, Any]:
+    answer = httpx.post(f"{bridge.url}/verify", json=body, headers={HEADER: token}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def seed_and_call(
+    bridge: BridgeProcess, row: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    """Seed ``row`` and make ``calls`` over MCP; the seed's ``mcp`` metadata."""
+    metadata = dict(bridge.seed(row)["mcp"])
+    async with mcp_client(f"{bridge.url}/mcp", metadata["headers"][HEADER]) as client:
+        for tool, arguments in calls:
+            result = await client.call_tool(tool, arguments)
+            assert not result.is_error, result.content
+    return metadata
+
+
+# --------------------------------------------------------------------------------------------
+# Item 4: Codex's names past 128 characters
+# --------------------------------------------------------------------------------------------
+
+
+def codex_names(server: str) -> dict[str, tuple[str, str]]:
+    """tool -> (namespace, name) as Codex 0.171.0 offered it under ``server`` (captured)."""
+    cases = json.loads(CODEX_NAMES.read_text())["cases"]
+    return {c["tool"]: (c["namespace"], c["emitted"]) for c in cases if c["server"] == server}
+
+
+def long_servers() -> list[str]:
+    cases = json.loads(CODEX_NAMES.read_text())["cases"]
+    return sorted({c["server"] for c in cases if len(c["server"]) in (90, 127) and len(c["tools"]) > 2})
+
+
+def long_tool_row() -> dict[str, Any]:
+    """The first workplace row whose ground truth calls a tool Codex hashes under a 90-character server."""
+    return next(r for r in gym_data("workplace_assistant") if any(len(c["name"]) > 31 for c in r["ground_truth"]))
+
+
+def codex_response(row: dict[str, Any], server: str) -> dict[str, Any]:
+    names = codex_names(server)
+    output = []
+    for index, (tool, arguments) in enumerate(ground_truth_solution(row)):
+        namespace, name = names[tool]
+        output.append(call(f"call_{index}", name, arguments, namespace))
+    return gym_response(output)
+
+
+@pytest.mark.parametrize("server", long_servers(), ids=lambda s: f"server-{len(s)}-chars")
+async def test_codex_names_under_a_long_server_score_like_native(
+    workplace_bridge: BridgeProcess, server: str
+) -> None:
+    row = long_tool_row()
+    solution = ground_truth_solution(row)
+    response = codex_response(row, server)
+    hashed = [i["name"] for i in response["output"] if i["name"] not in {t for t, _ in solution}]
+    assert hashed, "the captured names past 128 characters carry Codex's hash"
+    native = native_reward(upstream_url(workplace_bridge.url), row, solution)
+    assert native == 1.0
+    # the control: Gym, handed Codex's names flattened, does not know them (the bridge gave this
+    # too while it applied a 64-character rule)
+    flat = [
+        {**i, "name": i["namespace"].rstrip("_") + "__" + i["name"].lstrip("_")} for i in response["output"]
+    ]
+    with httpx.Client(base_url=upstream_url(workplace_bridge.url), timeout=60) as gym:
+        gym.post("/seed_session", json=row).raise_for_status()
+        direct = gym.post("/verify", json={**row, "response": {**response, "output": flat}})
+        assert direct.json()["reward"] == 0.0
+
+    metadata = await seed_and_call(workplace_bridge, row, solution)
+    token = metadata["headers"][HEADER]
+    body: dict[str, Any] = {**row, "response": response}
+    if len(server) > 108:  # the namespace itself is cut: the log cannot show the server, declare it
+        body["_bridge"] = {"server_aliases": [server]}
+    verdict = verify(workplace_bridge, token, body)
+    assert verdict["reward"] == native, verdict["_bridge"]
+    assert verdict["_bridge"]["unresolved"] == []
+    assert sorted(verdict["_bridge"]["normalized"].values()) == sorted({t for t, _ in solution})
+    if len(server) <= 108:
+        assert verdict["_bridge"]["proven_aliases"] == [server]  # proven by this session's calls
+    echoed = [i for i in verdict["response"]["output"] if i["type"] == "function_call"]
+    assert [(i["namespace"], i["name"]) for i in echoed] == [
+        (i["namespace"], i["name"]) for i in response["output"]
+    ]
+
+
+async def test_a_hashed_name_of_no_session_tool_stays_unresolved(workplace_bridge: BridgeProcess) -> None:
+    """The counter's ``increment_counter`` as Codex hashed it under a 105-character server: the
+    alias is declared, the hash recomputes for no tool of a workplace session."""
+    [server] = {c["server"] for c in json.loads(CODEX_NAMES.read_text())["cases"] if len(c["server"]) == 105}
+    namespace, name = codex_names(server)["increment_counter"]
+    row = gym_data("workplace_assistant")[0]
+    metadata = await seed_and_call(workplace_bridge, row, [])
+    body = {
+        **row,
+        "response": gym_response([call("call_0", name, {"count": 1}, namespace)]),
+        "_bridge": {"server_aliases": [server]},
+    }
+    verdict = verify(workplace_bridge, metadata["headers"][HEADER], body)
+    assert verdict["_bridge"]["unresolved"] == [{"name": f"{namespace}.{name}", "reason": "unknown tool"}]
+    assert verdict["_bridge"]["normalized"] == {}
+    assert verdict["reward"] == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Item 6: Gym's mcp_tool_call_provenance
+# --------------------------------------------------------------------------------------------
+
+
+def provenance_body(row: dict[str, Any], server: str) -> dict[str, Any]:
+    """The ground truth under bare names (as Gym's converters write MCP calls), with provenance."""
+    output = [call(f"call_{i}", tool, args) for i, (tool, args) in enumerate(ground_truth_solution(row))]
+    return {
+        **row,
+        "response": gym_response(output),
+        "mcp_tool_call_provenance": {
+            item["call_id"]: {"server_name": server, "tool_name": item["name"]} for item in output
+        },
+    }
+
+
+async def test_provenance_confirms_refutes_and_is_proven_only_by_this_sessions_calls(
+    workplace_bridge: BridgeProcess,
+) -> None:
+    row = gym_data("workplace_assistant")[0]
+    solution = ground_truth_solution(row)
+    served = await seed_and_call(workplace_bridge, row, solution)
+    idle = await seed_and_call(workplace_bridge, row, [])
+
+    confirmed = verify(
+        workplace_bridge, served["headers"][HEADER], provenance_body(row, served["server_name"])
+    )
+    assert confirmed["reward"] == 1.0, confirmed["_bridge"]
+    assert confirmed["_bridge"]["mcp_tool_call_provenance"] == {
+        "given": len(solution),
+        "confirmed": len(solution),
+    }
+
+    # another server's calls under the session's bare tool names: never scored as ours
+    foreign = verify(workplace_bridge, idle["headers"][HEADER], provenance_body(row, "filesystem"))
+    assert foreign["reward"] == 0.0
+    assert {u["reason"] for u in foreign["_bridge"]["unresolved"]} == {
+        "provenance names server 'filesystem': no known alias, no recorded call"
+    }
+    assert [i["name"] for i in foreign["response"]["output"]] == [t for t, _ in solution]  # names back
+
+    # a server name the bridge was never told: this session's own calls prove it, a neighbour's do not
+    proven = verify(workplace_bridge, served["headers"][HEADER], provenance_body(row, "my-harness-env"))
+    assert proven["reward"] == 1.0 and proven["_bridge"]["proven_aliases"] == ["my-harness-env"]
+    neighbour = verify(workplace_bridge, idle["headers"][HEADER], provenance_body(row, "my-harness-env"))
+    assert neighbour["reward"] == 0.0 and neighbour["_bridge"]["proven_aliases"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# Item 5: a session tool named like a harness's own tool
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def read_file_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
+    bridge = BridgeProcess(args=["--resources-server", HARNESS_SPEC], env=fault_env()).start(
+        log_dir, timeout=240
+    )
+    yield bridge
+    bridge.stop()
+
+
+async def test_a_bare_harness_name_scores_only_on_this_sessions_own_call(
+    read_file_bridge: BridgeProcess,
+) -> None:
+    read = [("read_file", {"path": "notes.txt"})]
+    served = await seed_and_call(read_file_bridge, READ_ROW, read)
+    neighbour = await seed_and_call(read_file_bridge, READ_ROW, [("read_file", {"path": "todo.txt"})])
+    idle = await seed_and_call(read_file_bridge, READ_ROW, [])
+    body = {**READ_ROW, "response": gym_response([call("c1", "read_file", {"path": "notes.txt"})])}
+
+    own = verify(read_file_bridge, served["headers"][HEADER], body)
+    assert own["reward"] == 1.0, own["_bridge"]
+    assert own["_bridge"]["harness_tools"] == [] and own["_bridge"]["unresolved"] == []
+
+    for session in (neighbour, idle):  # the call the first session served proves nothing here
+        other = verify(read_file_bridge, session["headers"][HEADER], body)
+        assert other["reward"] == 0.0
+        [entry] = other["_bridge"]["harness_tools"]
+        assert entry["name"] == "read_file" and "gemini-cli" in entry["clients"]
+        assert entry["reason"] == "also a tool of this session; no call the session served proves it"
+        assert other["response"]["output"][0]["name"] == "read_file"  # the caller's name comes back
+
+    # with provenance naming this server, still no credit without the session's own call
+    claimed = {
+        **body,
+        "mcp_tool_call_provenance": {"c1": {"server_name": idle["server_name"], "tool_name": "read_file"}},
+    }
+    assert verify(read_file_bridge, idle["headers"][HEADER], claimed)["reward"] == 0.0
+
+
+async def test_claude_codes_tool_search_is_a_harness_tool_not_an_unresolved_name(
+    read_file_bridge: BridgeProcess,
+) -> None:
+    served = await seed_and_call(read_file_bridge, READ_ROW, [("read_file", {"path": "notes.txt"})])
+    server = served["server_name"]
+    output = [
+        call("c0", "ToolSearch", {"query": f"select:mcp__{server}__read_file", "max_results": 1}),
+        call("c1", f"mcp__{server}__read_file", {"path": "notes.txt"}),
+    ]
+    verdict = verify(
+        read_file_bridge, served["headers"][HEADER], {**READ_ROW, "response": gym_response(output)}
+    )
+    assert verdict["reward"] == 1.0
+    assert verdict["_bridge"]["harness_tools"] == [{"name": "ToolSearch", "clients": ["claude-code"]}]
+    assert verdict["_bridge"]["unresolved"] == []
