@@ -259,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             "CODEX_HOME=<tmp with config.toml [mcp_servers.<server>] url+http_headers, model_provider "
             "wire_api=responses at a local stub> .cache/interop/codex/node_modules/.bin/codex exec --json "
             "--ephemeral --skip-git-repo-check --cd <tmp> --strict-config -- 'Call each tool once.'; "
-            "'emitted'/'namespace' are read from the tools array of Codex's first POST /v1/responses; "
+            "'emitted'/'namespace' are read from the tools array of the first POST /v1/responses of Codex "
+            "that offered every configured server's tools (the stub answers earlier ones with a call to an "
+            "unoffered function); "
             "'tool' is the tool of the mcp_tool_call event Codex printed after the stub called that name"
         ),
         "captured": CAPTURED,
