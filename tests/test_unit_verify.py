@@ -590,3 +590,19 @@ def test_null_provenance_is_no_provenance() -> None:
         {"response": response(fc("search", "c1")), "mcp_tool_call_provenance": None}, view(), {"gym"}, ()
     )
     assert prepared.names.provenance is None and "mcp_tool_call_provenance" not in prepared.scoring
+
+
+@pytest.mark.parametrize(
+    ("item", "shown"),
+    [
+        (fc("mcp__filesystem__search", "c1"), "mcp__filesystem__search"),
+        (fc("search", "c1", namespace="mcp__filesystem"), "mcp__filesystem.search"),
+    ],
+)
+def test_provenance_cannot_move_another_servers_call_to_ours(item: dict[str, Any], shown: str) -> None:
+    # the name says another MCP server's search (no served call proves "filesystem" an alias here)
+    prepared = prepare(with_provenance(item, c1=("gym", "search")), view(), {"gym"}, ())
+    reason = "provenance names gym/search, the name names another server"
+    assert prepared.names.unresolved == [{"name": shown, "reason": reason}]
+    [(name, _)] = names_in(prepared.scoring["response"])
+    assert name not in TOOLS

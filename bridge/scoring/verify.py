@@ -182,6 +182,11 @@ def _decide(
     elif call.canonical is not None and call.canonical != tool:
         call.canonical = None
         call.reason = f"provenance names {server}/{tool}, the name resolves to {result.canonical}"
+    elif (
+        result.reason == naming.UNKNOWN_ALIAS
+        and naming.resolve(emitted, known, [server], namespace).canonical != tool
+    ):
+        call.reason = f"provenance names {server}/{tool}, the name names another server"
     elif server in trusted:
         call.canonical, call.convention = tool, call.convention or "provenance"
     else:
