@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -34,7 +33,6 @@ from tests.conftest import (
     ROOT,
     BridgeProcess,
     counter_row,
-    mcp_client,
     wait_for_upstream,
 )
 
@@ -133,10 +131,16 @@ def gym07_bridge(gym07_python: Path, log_dir: Path, audit_log: Path) -> Iterator
     bridge.stop()
 
 
-def gym_client(python: Path, url: str, steps: list[tuple[str, dict[str, Any]]], **spec: Any) -> list[Any]:
-    """Gym's own ServerClient (``tests/fixtures/gym07/gym_client.py``) run in ``python``'s Gym."""
-    host, port = httpx.URL(url).host, httpx.URL(url).port
-    payload = json.dumps({"host": host, "port": port, "steps": steps, **spec})
+def rollout(url: str, steps: list[tuple[str, dict[str, Any]]], **spec: Any) -> dict[str, Any]:
+    """One rollout for ``gym_client``: Gym's client's resources server at ``url``, the steps, and
+    ``rollout_id`` / ``observability``."""
+    return {"host": httpx.URL(url).host, "port": httpx.URL(url).port, "steps": steps, **spec}
+
+
+def gym_client(python: Path, *rollouts: dict[str, Any]) -> list[list[Any]]:
+    """Gym's own ServerClient (``tests/fixtures/gym07/gym_client.py``) run in ``python``'s Gym: each
+    rollout's answers, step by step."""
+    payload = json.dumps(list(rollouts))
     done = subprocess.run(
         [str(python), str(FIXTURES / "gym_client.py")],
         input=payload,
@@ -153,14 +157,14 @@ def gym_client(python: Path, url: str, steps: list[tuple[str, dict[str, Any]]], 
 def observed(gym07_python: Path, gym07_server: str, gym07_bridge: BridgeProcess) -> dict[str, list[Any]]:
     """One rollout by Gym 0.7's client with observability on, to the Gym server and to the bridge;
     and the same without observability (bare paths), to both."""
-    return {
-        "direct": gym_client(gym07_python, gym07_server, STEPS, rollout_id=ROLLOUT),
-        "bridge": gym_client(gym07_python, gym07_bridge.url, STEPS, rollout_id=ROLLOUT),
-        "direct_off": gym_client(gym07_python, gym07_server, STEPS, rollout_id=ROLLOUT, observability=False),
-        "bridge_off": gym_client(
-            gym07_python, gym07_bridge.url, STEPS, rollout_id=ROLLOUT, observability=False
-        ),
-    }
+    runs = gym_client(
+        gym07_python,
+        rollout(gym07_server, STEPS, rollout_id=ROLLOUT),
+        rollout(gym07_bridge.url, STEPS, rollout_id=ROLLOUT),
+        rollout(gym07_server, STEPS, rollout_id=ROLLOUT, observability=False),
+        rollout(gym07_bridge.url, STEPS, rollout_id=ROLLOUT, observability=False),
+    )
+    return dict(zip(["direct", "bridge", "direct_off", "bridge_off"], runs, strict=True))
 
 
 def without(body: Any, *keys: str) -> Any:
@@ -349,9 +353,11 @@ def test_a_07_client_against_a_04_upstream_is_told_why(
     422 is the upstream's own answer plus one line naming the skew. Expected detail: the same Gym
     client straight to a nemo-gym 0.4.0 server (bare paths: that server would 404 a prefix)."""
     steps = [step for step in STEPS if step[0] != "/current_rollout_id"]
-    bridged = gym_client(gym07_python, counter_bridge.url, steps, rollout_id=ROLLOUT)
-    upstream = gym_upstream()
-    direct = gym_client(gym07_python, upstream.url, steps, observability=False)
+    bridged, direct = gym_client(
+        gym07_python,
+        rollout(counter_bridge.url, steps, rollout_id=ROLLOUT),
+        rollout(gym_upstream().url, steps, observability=False),
+    )
     assert [s["status"] for s in direct] == [200, 200, 200, 422]
     assert [s["status"] for s in bridged] == [200, 200, 200, 422]
     assert f"/ng-rollout/{ROLLOUT}/verify" in bridged[-1]["url"]
@@ -375,104 +381,3 @@ def test_a_genuinely_bad_field_gets_no_skew_note(counter_bridge: BridgeProcess) 
     assert answer.status_code == 422
     assert "_bridge" not in answer.json()
     assert answer.json()["detail"][0]["loc"][-1] == "not_a_gym_field"
-
-
-# -- served under a path, behind a real reverse proxy (nginx) -------------------------------------
-
-
-def nginx_binary() -> str:
-    """nginx from Debian (``nginx-light``), installed here when missing: a small real reverse proxy."""
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "nginx-light"], env=env, capture_output=True, timeout=600
-        )
-        found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is missing and could not be installed (apt-get install nginx-light)")
-        pytest.skip("nginx is missing (apt-get install nginx-light)")
-    return found
-
-
-@pytest.fixture
-def nginx(tmp_path: Path) -> Iterator[Any]:
-    procs_: list[subprocess.Popen[bytes]] = []
-
-    def start(*locations: str) -> list[str]:
-        """One nginx, one server (own port) per ``location`` block; their base URLs."""
-        ports = [procs.free_port() for _ in locations]
-        for directory in ("logs", "tmp"):
-            (tmp_path / directory).mkdir(exist_ok=True)
-        servers = "".join(
-            f"  server {{ listen 127.0.0.1:{port};\n    {location}\n  }}\n"
-            for port, location in zip(ports, locations, strict=True)
-        )
-        conf = tmp_path / "nginx.conf"
-        conf.write_text(
-            "daemon off; worker_processes 1; pid nginx.pid; error_log logs/error.log;\n"
-            "events { worker_connections 64; }\n"
-            "http { access_log logs/access.log; client_body_temp_path tmp; proxy_temp_path tmp;\n"
-            f"{servers}}}\n"
-        )
-        proc = subprocess.Popen(
-            [nginx_binary(), "-p", str(tmp_path), "-c", str(conf)], stderr=subprocess.PIPE
-        )
-        procs_.append(proc)
-        deadline = time.monotonic() + 20
-        while procs.http_status(f"http://127.0.0.1:{ports[-1]}/nothing") is None:
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                proc.stderr.read() if proc.stderr else ""
-            )
-            time.sleep(0.05)
-        return [f"http://127.0.0.1:{port}" for port in ports]
-
-    yield start
-    for proc in procs_:
-        proc.terminate()
-        proc.wait(10)
-
-
-@pytest.mark.anyio
-async def test_served_under_a_path_behind_nginx(spawn_bridge: Any, nginx: Any) -> None:
-    """nginx serves the bridge at ``/envs/counter/``, on one port stripping the path (the usual
-    ``proxy_pass`` with a trailing slash), on another passing it on (an ingress without a rewrite).
-    The bridge advertises the first; harnesses reach it through the proxy by the ``url`` it hands out,
-    and a Gym agent joining ``url_path`` to the bridge's own address reaches it too."""
-    port = procs.free_port()
-    proxy, keeping = nginx(
-        f"location /envs/counter/ {{ proxy_pass http://127.0.0.1:{port}/; proxy_http_version 1.1; }}",
-        f"location /envs/counter/ {{ proxy_pass http://127.0.0.1:{port}; proxy_http_version 1.1; }}",
-    )
-    base = f"{proxy}/envs/counter"
-    bridge = spawn_bridge(["--advertise-url", base], port=port)
-    ready = httpx.get(f"{base}/readyz", timeout=30).json()  # its advertise check went through nginx
-    assert ready["ready"] is True and "warnings" not in ready, ready
-    seed = httpx.post(f"{base}/seed_session", json=counter_row(1, 3), timeout=30)
-    assert seed.status_code == 200, seed.text
-    meta = seed.json()["mcp"]
-    assert meta["url"] == f"{base}/mcp"
-    assert meta["url_path"] == "/envs/counter/mcp"
-    token = meta["headers"][HEADER]
-    async with mcp_client(meta["url"], token) as client:  # through nginx, by the url handed out
-        result = await client.call_tool("increment_counter", {"count": 1})
-        assert not result.is_error
-    # a Gym agent joins url_path to the resources server's base URL (here the bridge itself)
-    async with mcp_client(f"{bridge.url}{meta['url_path']}", token) as client:
-        assert not (await client.call_tool("increment_counter", {"count": 1})).is_error
-    kept = httpx.post(
-        f"{keeping}/envs/counter/ng-rollout/9-9/get_counter_value",
-        json={},
-        headers={HEADER: token},
-        timeout=30,
-    )
-    assert kept.json() == {"count": 3}
-    verify = httpx.post(
-        f"{base}/verify",
-        json={**counter_row(1, 3), "response": response_with()},
-        headers={HEADER: token},
-        timeout=60,
-    )
-    assert verify.json()["reward"] == 1.0
-    assert httpx.post(f"{bridge.url}/seed_session", json=counter_row(1), timeout=30).status_code == 200
