@@ -49,7 +49,7 @@ class PeerPattern:
         if parts.path or parts.query or parts.fragment or parts.username is not None or not host:
             raise ValueError(f"peer pattern {text!r}: expected [scheme://]host[:port], e.g. *.bridge.ns.svc")
         if wildcard:
-            if rest == "*":
+            if rest == "*" or (rest.startswith("*:") and port is not None):  # any host (on that port)
                 host = "*"
             elif rest.startswith("*.") and len(rest) > 2:
                 host = host[1:]  # ".suffix"

@@ -118,3 +118,20 @@ def test_show_config_prints_the_key_and_mcp_url(tmp_path: Path) -> None:
     }
     text = run_show_config(env).stdout
     assert f"API key:   {key}" in text and "MCP URL:   http://localhost:8123/mcp" in text
+
+
+def _first_start(state: str) -> str:
+    settings, _ = keyfiles.use_state_dir(Settings(state_dir=Path(state)))
+    assert settings.secret_file is not None
+    return settings.signing_keys()[0][0]
+
+
+def test_replicas_starting_together_on_one_volume_agree_on_one_key(tmp_path: Path) -> None:
+    """`--scale replica=N` on a fresh volume: N processes generate at once; each reads a whole key,
+    the same one, and no partial file is left behind."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        keys = pool.map(_first_start, [str(tmp_path)] * 16)
+    assert len(set(keys)) == 1 and len(keys[0]) == 64, set(keys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["api_key", "signing_key"]

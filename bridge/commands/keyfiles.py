@@ -3,7 +3,8 @@ first start when none is given (``state_dir``; compose mounts a named volume the
 
 ``use_state_dir(settings, generate=True)`` runs before ``serve`` reads its keys: for each of the two
 that has no explicit setting (``secret``/``secret_file``, ``api_key``/``api_key_file``), the file
-``state_dir/signing_key`` or ``state_dir/api_key`` is created if missing (``O_EXCL``, mode 0600,
+``state_dir/signing_key`` or ``state_dir/api_key`` is created if missing (written whole, then
+linked into place, so replicas starting together agree on one key; mode 0600,
 owned by the user the bridge runs as; 32 random bytes as hex) and the settings point at it. An
 explicit setting always wins and the state directory is then not touched for that key. Only paths
 are logged, never a key. ``show-config`` calls it with ``generate=False``.
@@ -31,14 +32,23 @@ class KeyFile:
 def _ensure(path: Path, generate: bool) -> KeyFile:
     if not generate or path.exists():
         return KeyFile(path, False)
+    # Written whole under a name of its own, then linked into place: replicas starting together on
+    # one volume never read a half-written key, and the first link wins.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another replica sharing the volume made it first
-        return KeyFile(path, False)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(partial, path)
+        except FileExistsError:  # another replica sharing the volume made it first
+            return KeyFile(path, False)
+        finally:
+            partial.unlink()
     except OSError as exc:
         raise ValueError(f"cannot create {path} as uid {os.getuid()}: {exc.strerror}") from exc
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_hex(32) + "\n")
     return KeyFile(path, True)
 
 
