@@ -45,9 +45,13 @@ def test_fixtures_are_captured_from_the_three_clis_at_least() -> None:
 
 
 def test_the_bridge_table_is_the_captured_data() -> None:
-    assert {client: sorted(tools) for client, tools in harness.HARNESS_TOOLS.items()} == {
-        client: sorted(data["tools"]) for client, data in fixtures().items()
-    }
+    table = {client: sorted(tools) for client, tools in harness.HARNESS_TOOLS.items()}
+    captured = {client: sorted(data["tools"]) for client, data in fixtures().items()}
+    for client in captured.keys() - table.keys():
+        raise AssertionError(
+            f"{client}.json has no row in bridge/scoring/harness.py HARNESS_TOOLS: add {captured[client]}"
+        )
+    assert table == captured
 
 
 def test_claude_codes_tool_search_and_geminis_read_file_are_known() -> None:
