@@ -71,9 +71,17 @@ class Clone:
             text=True,
             timeout=timeout,
         )
-        if check:
-            assert proc.returncode == 0, (
-                f"compose {' '.join(args)}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        if check and proc.returncode != 0:
+            logs = subprocess.run(
+                [*compose_command(), "--profile", "replicas", "logs", "--no-color", "--tail", "15"],
+                cwd=self.path,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+            raise AssertionError(
+                f"compose {' '.join(args)}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\nlogs:\n{logs[-6000:]}"
             )
         return proc
 
