@@ -161,6 +161,7 @@ async def serve(settings: Settings) -> None:
     behind them, and a start that fails ends ``serve`` with its one-line reason (exit 2)."""
     from bridge import tracing
     from bridge.http.serving import ServingApp
+    from bridge.http.wire import HttpProtocol
     from bridge.upstream import Upstream
 
     if tracing.configure(__version__):
@@ -196,7 +197,7 @@ async def serve(settings: Settings) -> None:
         front,
         log_level="warning",
         access_log=False,
-        http="httptools",
+        http=HttpProtocol,  # uvicorn's httptools protocol, each answer in one write (bridge/http/wire.py)
         proxy_headers=False,  # nothing reads the client address; one ASGI layer less per request
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None,
         timeout_keep_alive=75,
