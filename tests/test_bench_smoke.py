@@ -13,19 +13,20 @@ import pytest
 from tests.conftest import GYM_PYTHON, ROOT
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_benchmark_quick_subset(tmp_path: Path) -> None:
     if not GYM_PYTHON.exists():
         pytest.skip("the Gym environment is missing: run 'make setup'")
     out = tmp_path / "bench.json"
     argv = "--quick --paths direct,bridge,bridge-2026 --seq-calls 40 --sessions 4 --calls 10 --warmup 8"
-    argv += " --idle-sessions 20 --startup-repeats 1"
+    argv += " --idle-sessions 20 --startup-repeats 1 --client-calls 50 --client-repeats 1"
+    argv += " --hops 1x20,2x10 --hops-rounds 1"
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", *argv.split(), "--sweep", "", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=410,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "sequential: 1 session x 40 calls" in run.stdout
@@ -42,3 +43,12 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     assert "bridge (re)started against a running upstream, spawn to ready" in run.stdout
     (together,) = report["co_start"]
     assert together["upstream_ready_s"] > 0 and together["bridge_ready_s"] > 0
+    # the synchronous-client hops: every path at both session counts, each with a ratio to direct HTTP
+    assert "synchronous keep-alive client (http.client)" in run.stdout
+    hops = report["hops"]["summary"]
+    assert {(h["sessions"], h["path"]) for h in hops} == {
+        (n, p) for n in (1, 2) for p in ("direct", "owner", "fwd", "svc2", "svc3")
+    }
+    assert all(h["ratio_direct"] > 0 and h["cpu_ms_per_call"]["upstream"] > 0 for h in hops)
+    fwd = next(h for h in hops if h["path"] == "fwd" and h["sessions"] == 1)
+    assert set(fwd["cpu_ms_per_call"]) == {"upstream", "replica-0", "replica-1"}
