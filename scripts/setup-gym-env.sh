@@ -6,8 +6,8 @@
 # Usage: setup-gym-env.sh TARGET_DIR [PYTHON] ; NEMO_GYM_VERSION (default 0.4.0) picks the release.
 # `make gym-env NEMO_GYM_VERSION=0.7.0` runs it for .gym-env-0.7.0.
 #
-# nemo-gym 0.5 and later declare Requires-Python >= 3.13.14. Given an older 3.13 (pyenv's 3.13.0 on
-# these machines) the install goes ahead as if the interpreter were 3.13.14 (uv --python-version, the
+# nemo-gym 0.5 and later declare Requires-Python >= 3.13.14. An interpreter older than 3.13 is
+# refused. Given an older 3.13 (pyenv's 3.13.0 on these machines) the install goes ahead as if the interpreter were 3.13.14 (uv --python-version, the
 # same as pip's --ignore-requires-python) and says so; nemo-gym 0.7.0's resources servers and agent
 # servers import and serve on 3.13.0 (docs/gym-versions.md). GYM_STRICT_PYTHON=1 refuses instead.
 # Idempotent: a target whose stamp matches the version, requirements and interpreter is left as it is.
@@ -27,6 +27,10 @@ if [ -f "$target/.gym-env-stamp" ] && [ "$(cat "$target/.gym-env-stamp")" = "$st
 fi
 have=$("$python" -c 'import platform; print(platform.python_version())')
 resolve=()
+if ! "$python" -c "import sys; sys.exit(sys.version_info[:2] < tuple(int(p) for p in '$minor'.split('.')))"; then
+  echo "setup-gym-env: nemo-gym $version needs Python $minor (declared >= $requires); $python is $have" >&2
+  exit 1
+fi
 if ! "$python" -c "import sys; sys.exit(sys.version_info[:3] < tuple(int(p) for p in '$requires'.split('.')))"; then
   if [ "${GYM_STRICT_PYTHON:-0}" = 1 ]; then
     echo "setup-gym-env: nemo-gym $version requires Python >= $requires; $python is $have (GYM_STRICT_PYTHON=1)" >&2
