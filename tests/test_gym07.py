@@ -342,6 +342,29 @@ def test_a_rollout_id_is_a_label_never_a_session(gym07_bridge: BridgeProcess) ->
     assert verify.json()["_bridge"]["provenance"]["rollout_id"] == "mine-1"
 
 
+def test_a_request_relayed_to_the_owner_replica_keeps_its_rollout_id(
+    spawn_bridge: Any, gym07_server: str
+) -> None:
+    """Two replicas on the Gym 0.7 server: a prefixed call naming a session of replica A, sent to B,
+    is relayed to A with its prefix, and the upstream sees that rollout's id (its own echo)."""
+    ports = [procs.free_port(), procs.free_port()]
+    a, b = (
+        spawn_bridge(["--upstream-url", gym07_server, "--advertise-url", f"http://127.0.0.1:{p}"], port=p)
+        for p in ports
+    )
+    seed = httpx.post(f"{a.url}/ng-rollout/7-3/seed_session", json={"initial_count": 0}, timeout=30)
+    token = seed.json()["mcp"]["headers"][HEADER]
+
+    def echo(url: str) -> Any:
+        answer = httpx.post(url, json={}, headers={HEADER: token}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["rollout_id"]
+
+    assert echo(f"{b.url}/ng-rollout/7-9/current_rollout_id") == "7-9"  # relayed by B, prefix kept
+    assert echo(f"{b.url}/current_rollout_id") == "7-3"  # no prefix: the session's own rollout
+    assert echo(f"{a.url}/ng-rollout/8-1/current_rollout_id") == "8-1"
+
+
 # -- version skew: a Gym 0.7 client, a nemo-gym 0.4.0 upstream -------------------------------------
 
 

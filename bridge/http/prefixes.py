@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.types import Scope
 
@@ -46,7 +46,7 @@ def strip(scope: Scope, mount: str = "") -> tuple[Scope, str | None]:
     path: str = scope["path"]
     if mount and path.startswith(mount + "/"):
         path = path[len(mount) :]
-        scope = {**scope, "path": path, "raw_path": path.encode()}
+        scope = {**scope, "path": path, "raw_path": quote(path).encode()}
     if not path.startswith(ROLLOUT):
         return scope, None
     rollout, slash, rest = path[len(ROLLOUT) :].partition("/")
@@ -56,13 +56,16 @@ def strip(scope: Scope, mount: str = "") -> tuple[Scope, str | None]:
         return scope, (
             f"rollout id too long ({len(rollout)} characters, limit {MAX_ID_CHARS}) in /ng-rollout/<id>/"
         )
-    if ID_PATTERN.fullmatch(rollout) is None or "\n" in rest:
+    if "\n" in rest:  # Gym's middleware pattern does not match across a line break either
+        return scope, "no route: a line break in the path after /ng-rollout/<rollout id>/"
+    if ID_PATTERN.fullmatch(rollout) is None:
         return scope, (
             f"invalid rollout id {rollout[:64]!r} in /ng-rollout/<id>/: a letter or digit, then letters, "
             "digits, '.', '_' or '-' (nemo-gym's ROLLOUT_ID_PATTERN)"
         )
-    bare = "/" + rest
-    return {**scope, "path": bare, "raw_path": bare.encode(), SCOPE_KEY: rollout}, None
+    # Routing reads ``path``; ``raw_path`` keeps the prefix (percent-encoded again, never a decoded
+    # byte) so that a request relayed to the session's owner replica carries the rollout id there too.
+    return {**scope, "path": "/" + rest, "raw_path": quote(path).encode(), SCOPE_KEY: rollout}, None
 
 
 def rollout_id(scope: Scope | Any) -> str | None:
