@@ -342,7 +342,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
         return "matplotlib is not installed (make setup installs the dev group)"
     levels = sorted({r["sessions"] for r in rows})
     paths = list(dict.fromkeys(r["path"] for r in rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=120)
     width = 0.8 / len(levels)
     for i, sessions in enumerate(levels):
         found = {r["path"]: r for r in rows if r["sessions"] == sessions}
@@ -360,7 +360,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
             label=f"{sessions} sessions",
         )
     for ax in (left, right):
-        ax.set_xticks([j + width * (len(levels) - 1) / 2 for j in range(len(paths))], paths)
+        ax.set_xticks(
+            [j + width * (len(levels) - 1) / 2 for j in range(len(paths))], paths, rotation=30, ha="right"
+        )
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     left.axhline(0.85, color="grey", linestyle="--", linewidth=1)
