@@ -35,6 +35,7 @@ from tests.conftest import (
     counter_row,
     wait_for_upstream,
 )
+from tests.test_observability import spans_in
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gym07"
 ECHO = "rollout_echo:RolloutEchoServer"
@@ -125,7 +126,13 @@ def audit_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gym07_bridge(gym07_python: Path, log_dir: Path, audit_log: Path) -> Iterator[BridgeProcess]:
     """The bridge managing the same Gym 0.7.0 server itself: ``serve --gym-python <0.7 env>``."""
     args = ["--gym-python", str(gym07_python), "--resources-server", ECHO, "--audit-log", str(audit_log)]
-    bridge = BridgeProcess(args=args, env={"PYTHONPATH": gym_env()["PYTHONPATH"]})
+    env = {
+        "PYTHONPATH": gym_env()["PYTHONPATH"],
+        "OTEL_TRACES_EXPORTER": "console",  # spans into the bridge's log, read back by spans_in
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_SERVICE_NAME": "bridge-gym07",
+    }
+    bridge = BridgeProcess(args=args, env=env)
     bridge.start(log_dir, timeout=300)
     yield bridge
     bridge.stop()
@@ -227,8 +234,8 @@ def test_without_observability_paths_are_bare_and_no_rollout_id_is_seen(
     assert observed["bridge_off"][4]["body"]["reward"] == observed["direct_off"][4]["body"]["reward"]
 
 
-def test_the_rollout_id_reaches_the_audit_log_and_provenance(
-    observed: dict[str, list[Any]], audit_log: Path
+def test_the_rollout_id_reaches_traces_the_audit_log_and_provenance(
+    observed: dict[str, list[Any]], audit_log: Path, gym07_bridge: BridgeProcess
 ) -> None:
     report = observed["bridge"][4]["body"]["_bridge"]
     assert report["provenance"]["rollout_id"] == ROLLOUT
@@ -242,6 +249,10 @@ def test_the_rollout_id_reaches_the_audit_log_and_provenance(
         "get_counter_value",
     }
     assert sum("rollout_id" not in line for line in lines) == 3  # the run without observability
+    time.sleep(0.5)  # the console exporter's batch delay is 100 ms
+    spans = spans_in(gym07_bridge.log())
+    tagged = {span["name"] for span in spans if span["attributes"].get("gym.rollout_id") == ROLLOUT}
+    assert {"POST /seed_session", "POST /increment_counter", "POST /verify", "verify"} <= tagged, tagged
 
 
 # -- a stranger's rollout id ----------------------------------------------------------------------
