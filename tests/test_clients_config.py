@@ -77,6 +77,18 @@ def connection(client: str, out: str, server: str) -> tuple[str, dict[str, str]]
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
         assert kwargs["name"] == server
         return kwargs["params"]["url"], kwargs["params"]["headers"]
+    if client in ("opencode", "kilocode"):
+        entry = json.loads(out)["mcp"][server]
+        assert entry["type"] == "remote" and entry["enabled"] is True
+        return entry["url"], entry["headers"]
+    if client == "cline":
+        command = next(line for line in out.splitlines() if line.startswith("cline mcp add"))
+        argv = shlex.split(command)
+        assert argv[:7] == ["cline", "mcp", "add", server, "--transport", "streamableHttp", argv[6]]
+        name, value = argv[argv.index("--header") + 1].split(": ", 1)
+        transport = json.loads(out[out.index("{") :])["mcpServers"][server]["transport"]
+        assert transport == {"type": "streamableHttp", "url": argv[6], "headers": {name: value}}
+        return argv[6], {name: value}
     assert client == "json"
     metadata = json.loads(out)
     assert metadata["server_name"] == server and metadata["url_path"] == "/mcp"
@@ -109,7 +121,9 @@ async def test_each_client_config_reaches_its_own_fresh_session(
         assert (await session.call_tool("get_counter_value", {})).structured_content == {"count": 7}
 
 
-@pytest.mark.parametrize("client", ["codex", "claude-code", "gemini", "agents-sdk", "json"])
+@pytest.mark.parametrize(
+    "client", ["codex", "claude-code", "gemini", "agents-sdk", "opencode", "kilocode", "cline", "json"]
+)
 def test_server_name_renames_the_client_side_entry(counter_bridge: BridgeProcess, client: str) -> None:
     out = cli(
         "--client", client, "--bridge-url", counter_bridge.url,

@@ -12,6 +12,9 @@ bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym
 | ``claude-code`` | the ``claude mcp add --transport http ... --header ...`` line and a ``.mcp.json`` |
 | ``gemini`` | ``settings.json`` ``mcpServers`` entry with ``httpUrl`` + ``headers`` |
 | ``agents-sdk`` | a Python snippet with ``MCPServerStreamableHttp(params={"url", "headers"})`` |
+| ``opencode`` | ``opencode.json`` with an ``mcp.<name>`` entry ``{"type": "remote", "url", "headers"}`` |
+| ``kilocode`` | ``kilo.json`` (Kilo Code CLI), the same ``mcp.<name>`` remote entry |
+| ``cline`` | the ``cline mcp add --transport streamableHttp ... --yes`` line and the settings file it writes |
 | ``json`` | the seed's MCP metadata as JSON |
 
 By default the harness is configured with the seed answer's ``server_name``, the name the bridge
@@ -211,6 +214,46 @@ def render_agents_sdk(metadata: dict[str, Any], server_name: str | None = None) 
     )
 
 
+def opencode_config(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
+    entry = {"type": "remote", "url": metadata["url"], "headers": _headers(metadata), "enabled": True}
+    return {"mcp": {_name(metadata, server_name): entry}}
+
+
+def render_opencode(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """``opencode.json`` (in the project folder, or the file ``OPENCODE_CONFIG`` names)."""
+    config = {"$schema": "https://opencode.ai/config.json", **opencode_config(metadata, server_name)}
+    return json.dumps(config, indent=2) + "\n"
+
+
+def render_kilocode(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """``kilo.json`` for the Kilo Code CLI (``kilo``; an OpenCode fork, same ``mcp`` entries)."""
+    return json.dumps(opencode_config(metadata, server_name), indent=2) + "\n"
+
+
+def cline_settings(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
+    """The MCP settings file as ``cline mcp add --yes`` writes it (``CLINE_MCP_SETTINGS_PATH``)."""
+    transport = {"type": "streamableHttp", "url": metadata["url"], "headers": _headers(metadata)}
+    return {"mcpServers": {_name(metadata, server_name): {"transport": transport}}}
+
+
+def render_cline(metadata: dict[str, Any], server_name: str | None = None) -> str:
+    """The ``cline mcp add`` command line, then the settings file it writes."""
+    name = _name(metadata, server_name)
+    argv = ["cline", "mcp", "add", name, "--transport", "streamableHttp", str(metadata["url"])]
+    for key, value in _headers(metadata).items():
+        argv += ["--header", f"{key}: {value}"]
+    return "\n".join(
+        [
+            "# command line (writes ~/.cline/data/settings/cline_mcp_settings.json)",
+            shlex.join([*argv, "--yes"]),
+            "",
+            "# or that file (its path can be given with CLINE_MCP_SETTINGS_PATH)",
+            json.dumps(cline_settings(metadata, server_name), indent=2),
+            "",
+        ]
+    )
+
+
 def render_json(metadata: dict[str, Any], server_name: str | None = None) -> str:
     shown = dict(metadata)
     if server_name:
@@ -223,6 +266,9 @@ RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
     "claude-code": render_claude_code,
     "gemini": render_gemini,
     "agents-sdk": render_agents_sdk,
+    "opencode": render_opencode,
+    "kilocode": render_kilocode,
+    "cline": render_cline,
     "json": render_json,
 }
 
