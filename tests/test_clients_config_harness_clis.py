@@ -51,8 +51,12 @@ def isolated(home: Path) -> dict[str, str]:
     }
 
 
-def test_cline_writes_the_settings_client_config_prints(counter_bridge: BridgeProcess, tmp_path: Path) -> None:
-    out = cli("--client", "cline", "--bridge-url", counter_bridge.url, "--row-json", json.dumps(counter_row(4)))
+def test_cline_writes_the_settings_client_config_prints(
+    counter_bridge: BridgeProcess, tmp_path: Path
+) -> None:
+    out = cli(
+        "--client", "cline", "--bridge-url", counter_bridge.url, "--row-json", json.dumps(counter_row(4))
+    )
     assert out.returncode == 0, out.stderr
     command = next(line for line in out.stdout.splitlines() if line.startswith("cline mcp add"))
     printed = json.loads(out.stdout[out.stdout.index("{") :])
@@ -75,7 +79,9 @@ def test_cline_writes_the_settings_client_config_prints(counter_bridge: BridgePr
 def test_opencode_and_kilo_connect_with_the_printed_config(
     counter_bridge: BridgeProcess, tmp_path: Path, client: str
 ) -> None:
-    out = cli("--client", client, "--bridge-url", counter_bridge.url, "--row-json", json.dumps(counter_row(4)))
+    out = cli(
+        "--client", client, "--bridge-url", counter_bridge.url, "--row-json", json.dumps(counter_row(4))
+    )
     assert out.returncode == 0, out.stderr
     config = json.loads(out.stdout)
     results = {}
