@@ -132,3 +132,15 @@ def test_a_namespaced_harness_tool_of_codex_is_reported_with_its_namespace() -> 
     report, _ = run(fc(name, "c1", "{}", namespace=namespace))
     assert report.harness_tools == [{"name": f"{namespace}.{name}", "clients": ["codex-cli"]}]
     assert report.unresolved == []
+
+
+def test_provenance_never_lifts_the_rule_even_once_its_server_is_proven() -> None:
+    # two bare read_file calls claimed for "my-gym"; one served call proves my-gym for the first,
+    # and the second, under a now-known server, still needs a served call of its own
+    items = [fc("read_file", "c1"), fc("read_file", "c2")]
+    claims = {"c1": ("my-gym", "read_file"), "c2": ("my-gym", "read_file")}
+    response = {"output": [dict(item) for item in items]}
+    report = normalize(response, TOOLS, ["gym"], served(("read_file", ARGS)), claims)
+    assert [item["name"] for item in response["output"]] == ["read_file", "unscored:read_file"]
+    assert report.proven_aliases == ["my-gym"]
+    assert report.provenance == {"given": 2, "confirmed": 1}

@@ -223,14 +223,23 @@ def normalize(
     for call in calls:
         if call.claimed is not None:
             server, tool = call.claimed
-            if server in trusted or remaining[(tool, call.arguments)] > 0:
-                if server not in trusted:  # the log proves this server as it proves a name's
-                    remaining[(tool, call.arguments)] -= 1
-                    trusted.add(server)
-                    proven.add(server)
-                call.canonical, call.convention = tool, call.convention or "provenance"
-            else:
-                call.reason = f"provenance names server {server!r}: no known alias, no recorded call"
+            # the log proves this server as it proves a name's; a bare harness name needs it anyway
+            needs_record = server not in trusted or (
+                tool == call.emitted and call.namespace is None and call.clients
+            )
+            if needs_record and remaining[(tool, call.arguments)] <= 0:
+                call.reason = (
+                    f"provenance names server {server!r}: no known alias, no recorded call"
+                    if server not in trusted
+                    else "also a tool of this session; no call the session served proves it"
+                )
+                continue
+            if needs_record:
+                remaining[(tool, call.arguments)] -= 1
+            if server not in trusted:
+                trusted.add(server)
+                proven.add(server)
+            call.canonical, call.convention = tool, call.convention or "provenance"
         elif call.guarded:
             if remaining[(call.emitted, call.arguments)] > 0:
                 remaining[(call.emitted, call.arguments)] -= 1
