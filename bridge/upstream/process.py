@@ -43,9 +43,9 @@ from bridge.settings import Settings
 from bridge.upstream import envs as gym_envs
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
+    KeepAlivePool,
     UpstreamTimeout,
     UpstreamUnavailable,
-    KeepAlivePool,
     check_request,
 )
 
