@@ -1,160 +1,268 @@
-"""Gym's own harness agents wired to the bridge, by Gym's own code in the Gym interpreter.
+"""nemo-gym 0.7.0's own harness agent servers drive rollouts through the bridge, as Gym users run them.
 
-nemo-gym's ``claude_code_agent`` (in the installed 0.4.0) and ``codex_agent`` (first shipped
-after 0.4.0; its source comes from the pinned later wheel below, fetched with pip from PyPI into
-``.cache/gym-wheels``) read the ``mcp`` block of a ``/seed_session`` answer and build
-``<resources_server_base_url> + url_path`` plus the session headers. ``tests/interop/
-gym_agent_wiring.py`` runs that code against a real seed answer from the bridge, with Gym's
-global config naming the bridge as the resources server. This test then proves the entries work:
-the URL is the bridge's ``/mcp``, the headers authenticate the seeded session (values exact), and
-``CodexAgent._create_response`` really drives the Codex CLI through them to the row's reward.
+Real parts: the nemo-gym 0.7.0 environment the project builds (``make gym-env NEMO_GYM_VERSION=0.7.0``
+through ``benchmarks.procs.ensure_gym07_env``), the agent servers of its ``responses_api_agents/``
+started from their own shipped configs the way ``gym env start`` starts a server
+(``tests/interop/gym07_agents.py``), the real CLIs they drive (npm, pinned), Gym's head server, and
+each row posted to the agent's ``/run`` as Gym's collection posts it (``run_rows`` says why not
+through ``ng_collect_rollouts`` itself). The resources server is one of two, on the
+same Gym environment (``example_session_state_mgmt``, row 0: count 3 -> 6):
+
+* ``bridge``: the bridge in managed mode, its upstream a real nemo-gym 0.7.0 server
+  (``serve --gym-python .gym-env-0.7.0/bin/python``);
+* ``inproc``: the same Gym server started by Gym itself with ``expose_tools_over_mcp: true`` (Gym
+  0.7.0's in-process MCP exposure, ``nemo_gym.mcp_auto_exposure``): the expected reward.
+
+The model is a stub of the API each CLI speaks (Anthropic Messages with SSE for Claude Code, the
+Responses API for Codex): it replays the row's solution, calling each tool by the name the CLI
+advertised in that request (``tests/interop/stubs``), never by a name written here. The control is
+the same row with ``CONTROL`` appended to its prompt: the stub then calls no tool, and the rollout
+must score 0.0 both ways. (One agent server per CLI and resources server: every Gym 0.7 server
+process costs about 16 CPU-seconds to start, so the control does not get agents of its own.) Rows
+are collected one at a time so each stub serves one rollout at a time.
+
+Not here: Gym 0.7's ``observability_enabled: true`` (every resources-server request under
+``/ng-rollout/<id>/``) is checked with Gym 0.7's own ServerClient in tests/test_gym07.py; these
+agents were not re-run with it (each extra Gym 0.7 server start costs ~16 CPU-seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
+import os
+import signal
 import subprocess
-import sys
-import zipfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import GYM_PYTHON, HEADER, ROOT, BridgeProcess, gym_data, mcp_client
-from tests.interop.node import ensure_packages
-from tests.test_clients_codex import StubResponsesProvider, counter_solution
+from benchmarks import procs
+from tests.conftest import ROOT, BridgeProcess, free_port, gym_data
+from tests.interop.node import installed_cli
+from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
+from tests.interop.stubs.common import LocalStub, Solution, counter_solution
+from tests.test_clients_claude_code import CLAUDE_VERSION
+from tests.test_clients_codex import CODEX_VERSION, StubResponsesProvider
 
-pytestmark = pytest.mark.anyio
-
-WIRING = ROOT / "tests" / "interop" / "gym_agent_wiring.py"
-CODEX_AGENT_GYM_VERSION = "0.7.0"  # the first nemo-gym on PyPI checked here that ships codex_agent
-WHEELS = ROOT / ".cache" / "gym-wheels"
-
-
-def codex_agent_source(version: str = CODEX_AGENT_GYM_VERSION) -> Path:
-    """``responses_api_agents/codex_agent`` from the nemo-gym wheel, unpacked under ``.cache/``."""
-    target = WHEELS / f"nemo_gym-{version}-src"
-    marker = target / "responses_api_agents" / "codex_agent" / "app.py"
-    if marker.exists():
-        return target
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    wheel = next(WHEELS.glob(f"nemo_gym-{version}-*.whl"), None)
-    if wheel is None:
-        # the wheel needs Python >= 3.13 to install; only its source is read here
-        pip = [sys.executable, "-m", "pip"]
-        if subprocess.run([*pip, "--version"], capture_output=True).returncode != 0:
-            found = shutil.which("python3") or shutil.which("pip3")
-            assert found, "no pip available to download the nemo-gym wheel"
-            pip = [found, "-m", "pip"] if found.endswith("python3") else [found]
-        result = subprocess.run(
-            [*pip, "download", "-q", "--no-deps", "--ignore-requires-python", "--python-version", "3.13",
-             "--only-binary=:all:", f"nemo-gym=={version}", "-d", str(WHEELS)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        wheel = next(WHEELS.glob(f"nemo_gym-{version}-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        for name in archive.namelist():
-            if name.startswith("responses_api_agents/codex_agent/"):
-                archive.extract(name, target)
-    return target
+ENV = "example_session_state_mgmt"
+SERVERS = ROOT / "tests" / "interop" / "gym07_agents.py"
+WHERE = ("bridge", "inproc")
+pytestmark = pytest.mark.timeout(1800)  # Gym 0.7 servers start slowly on a loaded 2-core machine
+KINDS = ("solution", "control")
 
 
-def run_wiring(plan: dict[str, Any]) -> dict[str, Any]:
-    assert GYM_PYTHON.exists(), "the Gym environment is missing: run 'make setup'"
-    result = subprocess.run(
-        [str(GYM_PYTHON), str(WIRING), json.dumps(plan)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+@dataclass
+class Harness:
+    agent: str  # the folder under responses_api_agents/
+    version: str
+    bin_dir: str
+    stub: LocalStub  # the stub model server
 
-
-async def test_gym_claude_code_and_codex_agents_build_working_entries(counter_bridge: BridgeProcess) -> None:
-    codex = ensure_packages("codex")
-    row = gym_data("example_session_state_mgmt")[0]  # 3 -> 6
-    seed = counter_bridge.seed(row)
-    token = seed["mcp"]["headers"][HEADER]
-    host, port = counter_bridge.host, counter_bridge.port
-
-    with StubResponsesProvider(counter_solution(row)) as stub:
-        out = run_wiring(
-            {
-                "seed": seed,
-                "resources_host": host,
-                "resources_port": port,
-                "codex_agent_src": str(codex_agent_source()),
-                "model_base_url": stub.base_url,
-                "row": row,
-                "codex_bin_dir": str(codex.bin("codex").parent),
+    def config(self) -> dict[str, Any]:
+        stub = self.stub
+        if self.agent == "claude_code_agent":
+            return {
+                "anthropic_api_key": "stub-key",
+                "anthropic_base_url": stub.root_url,
+                "claude_code_version": self.version,
+                "timeout": 240,
+                "max_turns": 8,
             }
-        )
-    assert out["nemo_gym_version"] == "0.4.0"
-
-    # claude_code_agent: the --mcp-config file it hands to `claude`
-    claude = out["claude_code_agent"]
-    assert claude["resources_server_base_url"] == counter_bridge.url
-    entry = claude["mcp_config"]["mcpServers"]["example_session_state_mgmt"]
-    assert entry == {"type": "http", "url": f"{counter_bridge.url}/mcp", "headers": {HEADER: token}}
-
-    # codex_agent: the [mcp_servers.<name>] table of its config.toml
-    codex_out = out["codex_agent"]
-    assert codex_out["source"].endswith("responses_api_agents/codex_agent/app.py")
-    table = codex_out["mcp_servers"]["example_session_state_mgmt"]
-    assert table == {"url": f"{counter_bridge.url}/mcp", "http_headers": {HEADER: token}}
-    assert (
-        f'[mcp_servers.example_session_state_mgmt]\nurl = "{counter_bridge.url}/mcp"'
-        in codex_out["config_toml"]
-    )
-
-    # CodexAgent._create_response ran the real Codex CLI through that entry: the calls reached this
-    # session (3 + 3 = 6), and the response Gym's parse_exec_jsonl built scores the row's reward
-    assert [(i.get("namespace"), i["name"]) for i in stub.emitted] == [
-        ("mcp__example_session_state_mgmt", "increment_counter"),
-        ("mcp__example_session_state_mgmt", "get_counter_value"),
-    ]
-    assert stub.function_outputs() == [{"success": True}, {"count": 6}]
-    response = codex_out["response"]
-    assert [i["name"] for i in response["output"] if i["type"] == "function_call"] == [
-        "increment_counter",
-        "get_counter_value",
-    ]
-    verified = httpx.post(
-        f"{counter_bridge.url}/verify",
-        json={**row, "response": response},
-        headers={HEADER: token},
-        timeout=60,
-    ).json()
-    assert verified["reward"] == 1.0
-    assert verified["_bridge"]["recorded_tool_calls"] == 2
-    assert verified["_bridge"]["normalized"] == {}  # Gym's converter already emits bare names
-
-    # both entries authenticate with the MCP SDK client too: same session, exact value
-    for url, headers in ((entry["url"], entry["headers"]), (table["url"], table["http_headers"])):
-        async with mcp_client(url, headers[HEADER]) as client:
-            value = await client.call_tool("get_counter_value", {})
-        assert value.structured_content == {"count": 6}
-
-
-async def test_gym_claude_code_entry_without_the_bridge_headers_is_refused(
-    counter_bridge: BridgeProcess,
-) -> None:
-    """What Gym's agents warn about ("no headers ... will reject the calls") is what happens."""
-    seed = counter_bridge.seed(gym_data("example_session_state_mgmt")[0])
-    del seed["mcp"]["headers"]
-    out = run_wiring(
-        {
-            "seed": seed,
-            "resources_host": counter_bridge.host,
-            "resources_port": counter_bridge.port,
-            "model_base_url": "http://127.0.0.1:9/v1",
+        return {
+            "openai_api_key": "stub-key",
+            "openai_base_url": f"{stub.root_url}/v1",
+            "model": "gym-stub-model",
+            "codex_version": self.version,
+            "timeout": 240,
         }
+
+
+@dataclass
+class Collected:
+    rollouts: dict[tuple[str, str], dict[str, Any]]  # (agent instance, kind) -> its rollout
+    global_config: dict[str, Any]
+    harnesses: dict[str, Harness]
+
+
+CONTROL = "(control: this run calls no tool)"
+
+
+class ControlAnthropic(StubAnthropicMessages):
+    """Replays the solution, or nothing when the prompt carries ``CONTROL`` (rollouts run one at a time)."""
+
+    def __init__(self, solution: Solution) -> None:
+        self.full = solution
+        super().__init__(solution)
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.solution = [] if CONTROL in json.dumps(body.get("messages")) else self.full
+        return super().answer(body)
+
+
+class ControlResponses(StubResponsesProvider):
+    """Replays the solution, or nothing when the prompt carries ``CONTROL`` (rollouts run one at a time)."""
+
+    def __init__(self, solution: Solution) -> None:
+        self.full = solution
+        super().__init__(solution)
+
+    def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        self.solution = [] if CONTROL in json.dumps(body.get("input")) else self.full
+        return super().answer(body)
+
+
+def instance(agent: str, where: str) -> str:
+    return f"{agent}_{where}"
+
+
+def control_row(row: dict[str, Any]) -> dict[str, Any]:
+    params = dict(row["responses_create_params"])
+    params["input"] = [{**m, "content": f"{m['content']} {CONTROL}"} for m in params["input"]]
+    return {**row, "responses_create_params": params}
+
+
+@contextlib.contextmanager
+def gym_servers(plan: dict[str, Any], log: Path) -> Iterator[dict[str, Any]]:
+    ready = Path(plan["ready_file"])
+    proc = subprocess.Popen(
+        [str(procs.GYM07_ENV / "bin" / "python"), str(SERVERS), json.dumps(plan)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HOME": plan["home"]},
+        start_new_session=True,
     )
-    entry = out["claude_code_agent"]["mcp_config"]["mcpServers"]["example_session_state_mgmt"]
-    assert "headers" not in entry
-    async with mcp_client(entry["url"]) as client:
-        refused = await client.call_tool("get_counter_value", {})
-    assert refused.is_error
-    assert "missing session token" in refused.content[0].text  # type: ignore[union-attr]
+    try:
+        deadline = time.monotonic() + 660
+        while not ready.exists():
+            assert proc.poll() is None, f"Gym servers exited:\n{log.read_text(errors='replace')[-4000:]}"
+            assert time.monotonic() < deadline, f"Gym servers not up:\n{log.read_text(errors='replace')}"
+            time.sleep(0.2)
+        yield json.loads(ready.read_text())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def run_rows(rows: list[dict[str, Any]], agents: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each row posted to its agent server's ``/run``, one at a time: the request Gym's collection
+    sends for a flat row (``nemo_gym/rollout_collection.py``: ``server_client.post(<agent_ref.name>,
+    "/run", row)``). ``ng_collect_rollouts`` itself is not run here: on this machine nemo-gym 0.7.0's
+    collection sat idle for over ten minutes without opening a connection to any agent (the same
+    rows answered from ``/run`` in seconds), which was not diagnosed in time; see docs/clients.md."""
+    out = []
+    for row in rows:
+        port = agents[row["agent_ref"]["name"]]["port"]
+        answer = httpx.post(f"http://127.0.0.1:{port}/run", json=row, timeout=600)
+        assert answer.status_code == 200, (row["agent_ref"], answer.status_code, answer.text[-3000:])
+        out.append(answer.json())
+    return out
+
+
+@pytest.fixture(scope="module")
+def gym07_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    log = tmp_path_factory.mktemp("gym07-env") / "build.log"
+    reason = procs.ensure_gym07_env(log)
+    assert reason is None, f"{reason}\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+    return procs.GYM07_ENV / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def bridge07(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
+    """The bridge in managed mode on a nemo-gym 0.7.0 upstream."""
+    bridge = BridgeProcess(args=["--gym-python", str(gym07_python), "--resources-server", ENV])
+    bridge.start(log_dir, timeout=300)
+    yield bridge
+    bridge.stop()
+
+
+@pytest.fixture(scope="module")
+def collected(bridge07: BridgeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collected]:
+    row = gym_data(ENV)[0]  # 3 -> 6
+    solution = counter_solution(row)
+    claude = installed_cli("claude-code", "claude", f"{CLAUDE_VERSION} (Claude Code)")
+    codex = installed_cli("codex", "codex", f"codex-cli {CODEX_VERSION}")
+    work = tmp_path_factory.mktemp("gym07-agents")
+    (work / "home").mkdir()
+    with contextlib.ExitStack() as stack:
+        harnesses = {
+            "claude_code_agent": Harness(
+                "claude_code_agent",
+                CLAUDE_VERSION,
+                str(Path(claude).parent),
+                stack.enter_context(ControlAnthropic(solution)),
+            ),
+            "codex_agent": Harness(
+                "codex_agent",
+                CODEX_VERSION,
+                str(Path(codex).parent),
+                stack.enter_context(ControlResponses(solution)),
+            ),
+        }
+        agents = {
+            instance(name, where): {
+                "agent": name,
+                "resources": where,
+                "port": free_port(),
+                "config": harness.config(),
+            }
+            for name, harness in harnesses.items()
+            for where in WHERE
+        }
+        plan = {
+            "head": {"host": "127.0.0.1", "port": free_port()},
+            "resources": {
+                "bridge": {"env": ENV, "host": bridge07.host, "port": bridge07.port, "serve": False},
+                "inproc": {"env": ENV, "host": "127.0.0.1", "port": free_port(), "serve": True},
+            },
+            "agents": agents,
+            "path": sorted({h.bin_dir for h in harnesses.values()}),
+            "home": str(work / "home"),
+            "log_dir": str(work),
+            "ready_file": str(work / "gym-servers.json"),
+        }
+        with gym_servers(plan, work / "gym-servers.log") as global_config:
+            keys = [(name, kind) for name in agents for kind in KINDS]
+            rows = [
+                {**(row if kind == "solution" else control_row(row)), "agent_ref": {"name": name}}
+                for name, kind in keys
+            ]
+            rollouts = run_rows(rows, agents)
+        yield Collected(dict(zip(keys, rollouts, strict=True)), global_config, harnesses)
+
+
+@pytest.mark.parametrize("agent", ["claude_code_agent", "codex_agent"])
+def test_gym_agent_through_the_bridge_scores_as_gym_in_process(collected: Collected, agent: str) -> None:
+    rollouts = {(w, k): collected.rollouts[(instance(agent, w), k)] for w in WHERE for k in KINDS}
+    rewards = {key: r["reward"] for key, r in rollouts.items()}
+    print(f"\n{agent}: {rewards}")
+    assert rewards[("inproc", "solution")] == 1.0, rollouts[("inproc", "solution")]
+    assert rewards[("bridge", "solution")] == rewards[("inproc", "solution")], rollouts[
+        ("bridge", "solution")
+    ]
+    assert rewards[("bridge", "control")] == rewards[("inproc", "control")] == 0.0
+
+    # the calls reached the seeded session: the CLI's own get_counter_value, over MCP, read 6 (3 + 3)
+    # in both, and the bridge recorded both calls in the session it seeded for this rollout
+    for where in WHERE:
+        outputs = [
+            o["output"]
+            for o in rollouts[(where, "solution")]["response"]["output"]
+            if o["type"] == "function_call_output"
+        ]
+        assert len(outputs) == 2 and '"count": 6' in outputs[-1].replace('":6', '": 6'), (where, outputs)
+    assert rollouts[("bridge", "solution")]["_bridge"]["recorded_tool_calls"] == 2
+    assert rollouts[("bridge", "solution")]["_bridge"]["unresolved"] == []
+    assert rollouts[("bridge", "control")]["_bridge"]["recorded_tool_calls"] == 0
+    calls = [o for o in rollouts[("bridge", "control")]["response"]["output"] if o["type"] == "function_call"]
+    assert calls == []
