@@ -1,7 +1,7 @@
 """Harness-side tools (issue 21 item 5), in-process: ``bridge.scoring.harness`` against the tools the
 real CLIs offered, and ``verify.normalize`` on the worst cases.
 
-The names come from the CLIs' own requests, captured by ``tests/interop/capture_mcp_harness_tools.py``
+The names come from the CLIs' own requests, captured by ``tests/interop/capture_harness_tools.py``
 into ``tests/fixtures/harness_tools/<client>.json`` (client, version, command, date); the bridge's
 table must equal them, client by client, and every fixture present must have its row (a fixture
 another task adds for another CLI fails this test until the table has it).

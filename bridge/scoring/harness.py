@@ -9,7 +9,7 @@ with bare names, so such a name alone proves nothing: ``verify`` credits it to t
 only with the session's own recorded call (same tool, same arguments) behind it.
 
 The table below is data: the names each CLI put in its model requests, captured from the real
-CLIs (``tests/interop/capture_mcp_harness_tools.py`` writes ``tests/fixtures/harness_tools/<client>.json``;
+CLIs (``tests/interop/capture_harness_tools.py`` writes ``tests/fixtures/harness_tools/<client>.json``;
 ``tests/test_harness_tools.py`` checks this table equals those fixtures). Which harness produced a
 transcript is not known to the bridge (a verify body does not say, and any caller can send one),
 so every lookup is over the union of all clients: that only widens the set of bare names that need
