@@ -35,6 +35,7 @@ from tests.conftest import (
     counter_row,
     wait_for_upstream,
 )
+from tests.fixtures.helpers import MCP_HEADERS
 from tests.test_observability import spans_in
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gym07"
@@ -338,6 +339,16 @@ def test_a_rollout_id_is_a_label_never_a_session(gym07_bridge: BridgeProcess) ->
         f"{gym07_bridge.url}/get_counter_value", json={}, headers={HEADER: other_token}, timeout=30
     )
     assert count.json() == {"count": 40}
+    # /mcp under a prefix is served too (as by Gym's server); an MCP call carries its session's rollout id
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    call["params"] = {"name": "current_rollout_id", "arguments": {}}
+    rpc = httpx.post(
+        f"{gym07_bridge.url}/ng-rollout/theirs-2/mcp",
+        json=call,
+        headers={**MCP_HEADERS, HEADER: token},
+        timeout=30,
+    )
+    assert rpc.json()["result"]["structuredContent"] == {"rollout_id": "mine-1"}
     verify = httpx.post(
         f"{gym07_bridge.url}/verify",
         json={
