@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,6 +157,7 @@ def gym_client(python: Path, *rollouts: dict[str, Any]) -> list[list[Any]]:
         text=True,
         timeout=300,
         env=gym_env(),
+        cwd=tempfile.gettempdir(),  # Gym's Hydra writes outputs/<date>/ under its working directory
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return list(json.loads(done.stdout))
