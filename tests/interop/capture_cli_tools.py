@@ -1,0 +1,93 @@
+"""Capture the built-in (harness-side) tool names a CLI advertises to its model, from its real request:
+the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code); Claude
+Code, Codex and Gemini CLI are captured beside the bridge's tools by capture_harness_tools.py.
+
+usage: .venv/bin/python -m tests.interop.capture_cli_tools CLIENT [CLIENT ...]
+       (CLIENT: opencode, kilocode)
+
+Each CLI (the pinned npm set in ``tests/interop/<client>/``) runs one prompt non-interactively
+against a stub Chat Completions server (``tests/interop/stubs/openai_chat_stub.py``, plan with no
+calls: it answers with text) configured as an OpenAI-compatible provider, with no MCP server
+configured. The ``tools`` of the first request that carries any are written to
+``tests/fixtures/harness_tools/<client>.json`` as
+``{"client", "version", "command", "captured", "tools", "runs"}`` (names as the CLI sent them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+from tests.interop.node import ROOT, ensure_packages
+from tests.interop.stubs.openai_chat_stub import StubChatCompletions
+
+FIXTURES = ROOT / "tests" / "fixtures" / "harness_tools"
+BINARIES = {
+    "opencode": "node_modules/opencode-linux-x64/bin/opencode",
+    "kilocode": "node_modules/@kilocode/cli-linux-x64/bin/kilo",
+}
+CONFIG_FILE = {"opencode": "opencode.json", "kilocode": "kilo.json"}
+MODEL = "capture"
+
+
+def provider_config(base_url: str) -> dict[str, object]:
+    return {
+        "provider": {
+            "stub": {
+                "npm": "@ai-sdk/openai-compatible",
+                "options": {"baseURL": base_url, "apiKey": "stub-key"},
+                "models": {MODEL: {}},
+            }
+        },
+        "permission": {"bash": "allow", "edit": "allow", "webfetch": "allow"},
+    }
+
+
+def capture(client: str) -> dict[str, object]:
+    binary = str(ensure_packages(client).path / BINARIES[client])
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    with StubChatCompletions() as stub, tempfile.TemporaryDirectory() as tmp:
+        plan = stub.add(MODEL, [])
+        home = Path(tmp)
+        (home / CONFIG_FILE[client]).write_text(json.dumps(provider_config(stub.base_url)))
+        argv = [binary, "run", "--model", f"stub/{MODEL}", "Say hello."]
+        env = {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".data"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "PATH": "/usr/bin:/bin",
+        }
+        ran = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=300)
+        offered = next((names for names in plan.offered if names), None)
+        if offered is None:
+            raise SystemExit(
+                f"{client}: no request with tools ({ran.returncode}):\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
+            )
+    return {
+        "client": client,
+        "version": version,
+        "command": f"{Path(BINARIES[client]).name} run --model stub/{MODEL} 'Say hello.' with {CONFIG_FILE[client]} naming an "
+        "@ai-sdk/openai-compatible provider at a stub Chat Completions server, no MCP server "
+        "(tests/interop/capture_cli_tools.py)",
+        "captured": date.today().isoformat(),
+        "tools": offered,
+        "runs": [{"run": f"run --model stub/{MODEL}", "requests": len(plan.requests), "tools": offered}],
+    }
+
+
+def main() -> int:
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    for client in sys.argv[1:]:
+        fixture = capture(client)
+        (FIXTURES / f"{client}.json").write_text(json.dumps(fixture, indent=2) + "\n")
+        print(f"{client} {fixture['version']}: {fixture['tools']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
