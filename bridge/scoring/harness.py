@@ -51,6 +51,36 @@ HARNESS_TOOLS: dict[str, frozenset[str]] = {
             "Write",
         }
     ),
+    # cline 3.0.57, captured 2026-12-02 (tests/fixtures/harness_tools/cline.json)
+    "cline": frozenset(
+        {
+            "ask_question",
+            "editor",
+            "fetch_web_content",
+            "read_files",
+            "run_commands",
+            "search_codebase",
+            "spawn_agent",
+            "team_attach_outcome_fragment",
+            "team_await_runs",
+            "team_broadcast",
+            "team_cancel_run",
+            "team_cleanup",
+            "team_create_outcome",
+            "team_finalize_outcome",
+            "team_list_outcomes",
+            "team_list_runs",
+            "team_mission_log",
+            "team_read_mailbox",
+            "team_review_outcome_fragment",
+            "team_run_task",
+            "team_send_message",
+            "team_shutdown_teammate",
+            "team_spawn_teammate",
+            "team_status",
+            "team_task",
+        }
+    ),
     # codex-cli 0.171.0, captured 2026-12-02 (tests/fixtures/harness_tools/codex-cli.json)
     "codex-cli": frozenset(
         {
@@ -82,6 +112,51 @@ HARNESS_TOOLS: dict[str, frozenset[str]] = {
             "list_directory",
             "read_file",
             "update_topic",
+        }
+    ),
+    # kilocode 7.7.7, captured 2026-12-02 (tests/fixtures/harness_tools/kilocode.json)
+    "kilocode": frozenset(
+        {
+            "background_process",
+            "bash",
+            "board_post",
+            "board_read",
+            "cancel_wakeup",
+            "edit",
+            "glob",
+            "grep",
+            "kilo_local_recall",
+            "read",
+            "schedule_wakeup",
+            "skill",
+            "task",
+            "todowrite",
+            "webfetch",
+            "write",
+        }
+    ),
+    # opencode 1.17.11, captured 2026-12-02 (tests/fixtures/harness_tools/opencode.json)
+    "opencode": frozenset(
+        {
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "read",
+            "skill",
+            "task",
+            "todowrite",
+            "webfetch",
+            "write",
+        }
+    ),
+    # pi 0.80.2, captured 2026-12-02 (tests/fixtures/harness_tools/pi.json)
+    "pi": frozenset(
+        {
+            "bash",
+            "edit",
+            "read",
+            "write",
         }
     ),
 }
