@@ -13,6 +13,9 @@ same Gym environment (``example_session_state_mgmt``, row 0: count 3 -> 6):
 * ``inproc``: the same Gym server started by Gym itself with ``expose_tools_over_mcp: true`` (Gym
   0.7.0's in-process MCP exposure, ``nemo_gym.mcp_auto_exposure``): the expected reward.
 
+``opencode_agent`` (OpenCode 1.17.11, stub Chat Completions) runs the same road to show what an
+agent that does not pass the seed's ``mcp`` block does: the session's tools are never offered.
+
 The model is a stub of the API each CLI speaks (Anthropic Messages with SSE for Claude Code, the
 Responses API for Codex): it replays the row's solution, calling each tool by the name the CLI
 advertised in that request (``tests/interop/stubs``), never by a name written here. The control is
@@ -44,9 +47,11 @@ import pytest
 
 from benchmarks import procs
 from tests.conftest import ROOT, BridgeProcess, free_port, gym_data
-from tests.interop.node import installed_cli
+from tests.interop.capture_cli_tools import BINARIES, provider_config
+from tests.interop.node import ensure_packages, installed_cli
 from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
 from tests.interop.stubs.common import LocalStub, Solution, counter_solution
+from tests.interop.stubs.openai_chat_stub import StubChatCompletions
 from tests.test_clients_claude_code import CLAUDE_VERSION
 from tests.test_clients_codex import CODEX_VERSION, StubResponsesProvider
 
@@ -63,9 +68,15 @@ class Harness:
     version: str
     bin_dir: str
     stub: LocalStub  # the stub model server
+    kinds: tuple[str, ...] = KINDS
 
     def config(self) -> dict[str, Any]:
         stub = self.stub
+        if self.agent == "opencode_agent":
+            return {
+                "model": f"stub/{OPENCODE_MODEL}",
+                "opencode_config": provider_config(f"{stub.root_url}/v1"),
+            }
         if self.agent == "claude_code_agent":
             return {
                 "anthropic_api_key": "stub-key",
@@ -88,9 +99,12 @@ class Collected:
     rollouts: dict[tuple[str, str], dict[str, Any]]  # (agent instance, kind) -> its rollout
     global_config: dict[str, Any]
     harnesses: dict[str, Harness]
+    opencode_offered: list[list[str]]  # the tool names OpenCode sent in each model request
 
 
 CONTROL = "(control: this run calls no tool)"
+OPENCODE_MODEL = "capture"  # the stub's plan name (capture_cli_tools.provider_config's model)
+OPENCODE_BINARY = BINARIES["opencode"]
 
 
 class ControlAnthropic(StubAnthropicMessages):
@@ -209,6 +223,14 @@ def collected(bridge07: BridgeProcess, tmp_path_factory: pytest.TempPathFactory)
                 stack.enter_context(ControlResponses(solution)),
             ),
         }
+        opencode = ensure_packages("opencode").path / OPENCODE_BINARY
+        (work / "bin").mkdir()
+        (work / "bin" / "opencode").symlink_to(opencode)  # the command name opencode_agent runs
+        chat = stack.enter_context(StubChatCompletions())
+        opencode_plan = chat.add(OPENCODE_MODEL, solution)
+        harnesses["opencode_agent"] = Harness(
+            "opencode_agent", "1.17.11", str(work / "bin"), chat, ("solution",)
+        )
         agents = {
             instance(name, where): {
                 "agent": name,
@@ -232,13 +254,15 @@ def collected(bridge07: BridgeProcess, tmp_path_factory: pytest.TempPathFactory)
             "ready_file": str(work / "gym-servers.json"),
         }
         with gym_servers(plan, work / "gym-servers.log") as global_config:
-            keys = [(name, kind) for name in agents for kind in KINDS]
+            keys = [(name, kind) for name in agents for kind in harnesses[str(agents[name]["agent"])].kinds]
             rows = [
                 {**(row if kind == "solution" else control_row(row)), "agent_ref": {"name": name}}
                 for name, kind in keys
             ]
             rollouts = run_rows(rows, agents)
-        yield Collected(dict(zip(keys, rollouts, strict=True)), global_config, harnesses)
+        yield Collected(
+            dict(zip(keys, rollouts, strict=True)), global_config, harnesses, opencode_plan.offered
+        )
 
 
 @pytest.mark.parametrize("agent", ["claude_code_agent", "codex_agent"])
@@ -266,3 +290,17 @@ def test_gym_agent_through_the_bridge_scores_as_gym_in_process(collected: Collec
     assert rollouts[("bridge", "control")]["_bridge"]["recorded_tool_calls"] == 0
     calls = [o for o in rollouts[("bridge", "control")]["response"]["output"] if o["type"] == "function_call"]
     assert calls == []
+
+
+def test_opencode_agent_never_offers_the_session_tools(collected: Collected) -> None:
+    """nemo-gym 0.7.0's opencode_agent does not read the seed's ``mcp`` block: OpenCode is never told
+    about the session's tools, so the stub (which would call them) finds none offered, no call
+    reaches the session, and the row scores what a rollout without tool calls scores, both ways."""
+    rollouts = {w: collected.rollouts[(instance("opencode_agent", w), "solution")] for w in WHERE}
+    print(f"\nopencode_agent: { {w: r['reward'] for w, r in rollouts.items()} }")
+    assert collected.opencode_offered, "OpenCode made no model request"
+    offered = {name for names in collected.opencode_offered for name in names}
+    assert not {n for n in offered if n.endswith(("increment_counter", "get_counter_value"))}, offered
+    assert "bash" in offered  # its own tools only
+    assert rollouts["bridge"]["reward"] == rollouts["inproc"]["reward"] == 0.0
+    assert rollouts["bridge"]["_bridge"]["recorded_tool_calls"] == 0
