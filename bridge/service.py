@@ -4,10 +4,10 @@
 sets. A request flows one way through it: the HTTP layer parses the request, ``authorize`` turns a
 token into its session (or a ``Rejected`` with the reason and its kind, before any upstream
 contact), ``seed`` / ``call_tool`` / ``verify`` / ``forward`` talk to the upstream with the
-session's cookie jar, and the HTTP layer renders the outcome. Nothing here chooses the HTTP status
-of a refusal (``Rejected`` carries a kind; a ``ToolOutcome`` carries the upstream's status, or the
-gateway status a call it never answered gets), nor knows routing, cookies of its own or JSON-RPC
-framing; name resolution and verify normalization are ``bridge.scoring``'s.
+session's cookie jar, and the HTTP layer renders the outcome (``bridge.outcomes``). Nothing here
+chooses the HTTP status of a refusal (``Rejected`` carries a kind; a ``ToolOutcome`` carries the
+upstream's status, or the gateway status a call it never answered gets), nor knows routing, cookies
+of its own or JSON-RPC framing; name resolution and verify normalization are ``bridge.scoring``'s.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry.trace import SpanKind
 
+from bridge import outcomes, tracing
 from bridge import tools as tools_mod
-from bridge import tracing
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
 from bridge.metrics import Metrics
+from bridge.outcomes import ToolOutcome, VerifyOutcome
 from bridge.peers import Peers, default_peers
 from bridge.scoring import provenance, trajectory
 from bridge.scoring import verify as verify_mod
@@ -76,27 +76,6 @@ class Foreign(Rejected):
     def __init__(self, reason: str, owner: str) -> None:
         super().__init__(reason, "foreign")
         self.owner = owner
-
-
-@dataclass(slots=True)
-class ToolOutcome:
-    status: int
-    body: bytes
-    content_type: str
-    is_error: bool
-    set_cookies: list[str]
-    message: str  # what a model reads: the upstream's text, or why the call failed
-    value: Any = None  # the upstream's JSON answer, when it is JSON
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyOutcome:
-    """The upstream's verify answer, and when it was a JSON object, that object as the caller gets
-    it (names restored, ``_bridge`` added) with the report for ``verify_mod.REPORT_HEADER``."""
-
-    upstream: UpstreamResponse
-    payload: dict[str, Any] | None
-    report_header: str | None
 
 
 OTHER_TOOLS_LABEL = "(row tool)"  # metrics label of every tool outside the upstream's OpenAPI set
@@ -343,30 +322,11 @@ class Bridge:
         try:
             path = self._path(f"/{name}", rollout or session.rollout_id)
             response = await self.upstream.post(path, body, _json_headers(session.cookie))
-            text = response.text
-            content_type = response.content_type or "application/json"
-            value, message, failed = None, text, not response.is_success
-            # An upstream error answer (a Gym validation 422, a 500) reads exactly as over plain HTTP:
-            # Gym's agents hand the model the body as it came; ``is_error`` carries the status.
-            if not failed and "json" in content_type and response.content:
-                try:
-                    value = response.json()
-                except ValueError:
-                    failed = True
-                    message = f"upstream answered HTTP {response.status_code} with invalid JSON: {text}"
-            outcome = ToolOutcome(
-                status=response.status_code,
-                body=response.content,
-                content_type=content_type,
-                is_error=failed,
-                set_cookies=response.header_list("set-cookie"),
-                message=message,
-                value=value,
-            )
+            outcome = outcomes.answered(response)
             if outcome.set_cookies:
                 session.cookie = merge_cookies(session.cookie, outcome.set_cookies)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
-            outcome = _failure_outcome(exc)
+            outcome = outcomes.failed(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
         return outcome
 
@@ -381,17 +341,9 @@ class Bridge:
             response, text, is_error, structured = await upstream_mcp.call(
                 self.upstream, session.upstream_headers, name, arguments, self.settings.tool_timeout_s
             )
-            outcome = ToolOutcome(
-                status=response.status_code,
-                body=orjson.dumps(structured) if structured is not None else text.encode(),
-                content_type="application/json" if structured is not None else "text/plain; charset=utf-8",
-                is_error=is_error,
-                set_cookies=[],
-                message=text,
-                value=structured,
-            )
+            outcome = outcomes.mcp_answered(response.status_code, text, is_error, structured)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
-            outcome = _failure_outcome(exc)
+            outcome = outcomes.failed(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
         return outcome
 
@@ -424,7 +376,7 @@ class Bridge:
         label = (
             name if self.toolsets is not None and name in self.toolsets.openapi.tools else OTHER_TOOLS_LABEL
         )
-        result = _outcome_label(outcome)
+        result = outcomes.label(outcome)
         self.metrics.tool_call(label, transport, result, elapsed)
         if tracing.ENABLED or self.audit is not None:
             digest = tracing.session_hash(session.sid)
@@ -545,33 +497,3 @@ def _json_headers(cookie_header: str) -> dict[str, str]:
     if cookie_header:
         headers["cookie"] = cookie_header
     return headers
-
-
-def _failure_outcome(exc: Exception) -> ToolOutcome:
-    """A call the upstream did not answer (or that was not sent): its reason, as an error."""
-    return ToolOutcome(
-        status=_failure_status(exc),
-        body=orjson.dumps({"detail": str(exc)}),
-        content_type="application/json",
-        is_error=True,
-        set_cookies=[],
-        message=str(exc),
-    )
-
-
-def _failure_status(exc: Exception) -> int:
-    if isinstance(exc, UpstreamTimeout):
-        return 504
-    if isinstance(exc, UpstreamRequestRefused):
-        return 400
-    return 502
-
-
-def _outcome_label(outcome: ToolOutcome) -> str:
-    if not outcome.is_error:
-        return "ok"
-    if outcome.status == 504:
-        return "timeout"
-    if outcome.status == 502:
-        return "unavailable"
-    return "upstream_error"

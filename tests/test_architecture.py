@@ -32,6 +32,7 @@ SERVICE_LEVEL = frozenset(
         "tokens",
         "tools",
         "calllog",
+        "outcomes",
         "peers",
         "settings",
         "metrics",
