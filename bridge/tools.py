@@ -29,7 +29,8 @@ import orjson
 RESERVED = frozenset({"seed_session", "verify", "close_session", "aggregate_metrics", "reverify_mode", "mcp"})
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # the MCP spec's tool-name rule
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-CLIENT_NAME_LIMIT = 64  # Claude and OpenAI cap function names at 64 (Codex 0.171.0 hashes past 128: docs/naming.md)
+# Claude and OpenAI cap function names at 64 (Codex 0.171.0 hashes past 128: docs/naming.md)
+CLIENT_NAME_LIMIT = 64
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _INTERNED_LIMIT = 1024
 

@@ -97,7 +97,9 @@ def long_servers() -> list[str]:
 
 def long_tool_row() -> dict[str, Any]:
     """The first workplace row whose ground truth calls a tool Codex hashes under a 90-character server."""
-    return next(r for r in gym_data("workplace_assistant") if any(len(c["name"]) > 31 for c in r["ground_truth"]))
+    return next(
+        r for r in gym_data("workplace_assistant") if any(len(c["name"]) > 31 for c in r["ground_truth"])
+    )
 
 
 def codex_response(row: dict[str, Any], server: str) -> dict[str, Any]:
