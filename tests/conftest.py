@@ -155,6 +155,53 @@ def workplace_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
     bridge.stop()
 
 
+@pytest.fixture(scope="session")
+def gym07_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The nemo-gym 0.7.0 interpreter, built (once; then stamp-cached) by the project's own builder."""
+    from benchmarks import procs
+
+    log = tmp_path_factory.mktemp("gym07-env") / "build.log"
+    reason = procs.ensure_gym07_env(log)
+    assert reason is None, f"{reason}\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+    return procs.GYM07_ENV / "bin" / "python"
+
+
+@contextlib.contextmanager
+def gym_servers(
+    python: Path,
+    script: Path,
+    plan: dict[str, Any],
+    log: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Gym's own servers (head server, agent servers) started by ``script`` in ``python``'s Gym, which
+    writes ``plan["ready_file"]`` (the global config they serve under) once they are up."""
+    ready = Path(plan["ready_file"])
+    proc = subprocess.Popen(
+        [str(python), str(script), json.dumps(plan)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            assert proc.poll() is None, f"Gym servers exited:\n{log.read_text(errors='replace')[-4000:]}"
+            assert time.monotonic() < deadline, f"Gym servers not up:\n{log.read_text(errors='replace')}"
+            time.sleep(0.2)
+        yield json.loads(ready.read_text())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def wait_for_upstream(proc: subprocess.Popen[bytes], port_file: Path, log: Path, deadline: float) -> str:
     """The URL of an upstream started with the boot script, once it serves (``procs.wait_for_boot``)."""
     return wait_for_boot(proc, port_file, log, deadline - time.monotonic()).url

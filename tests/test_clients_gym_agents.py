@@ -34,9 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +42,7 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks import procs
-from tests.conftest import ROOT, BridgeProcess, free_port, gym_data
+from tests.conftest import ROOT, BridgeProcess, free_port, gym_data, gym_servers
 from tests.interop.capture_cli_tools import BINARIES, provider_config
 from tests.interop.node import ensure_packages, installed_cli
 from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
@@ -141,33 +137,6 @@ def control_row(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "responses_create_params": params}
 
 
-@contextlib.contextmanager
-def gym_servers(plan: dict[str, Any], log: Path) -> Iterator[dict[str, Any]]:
-    ready = Path(plan["ready_file"])
-    proc = subprocess.Popen(
-        [str(procs.GYM07_ENV / "bin" / "python"), str(SERVERS), json.dumps(plan)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "HOME": plan["home"]},
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 660
-        while not ready.exists():
-            assert proc.poll() is None, f"Gym servers exited:\n{log.read_text(errors='replace')[-4000:]}"
-            assert time.monotonic() < deadline, f"Gym servers not up:\n{log.read_text(errors='replace')}"
-            time.sleep(0.2)
-        yield json.loads(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 def run_rows(rows: list[dict[str, Any]], agents: dict[str, Any]) -> list[dict[str, Any]]:
     """Each row posted to its agent server's ``/run``, one at a time: the request Gym's collection
     sends for a flat row (``nemo_gym/rollout_collection.py``: ``server_client.post(<agent_ref.name>,
@@ -184,14 +153,6 @@ def run_rows(rows: list[dict[str, Any]], agents: dict[str, Any]) -> list[dict[st
 
 
 @pytest.fixture(scope="module")
-def gym07_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    log = tmp_path_factory.mktemp("gym07-env") / "build.log"
-    reason = procs.ensure_gym07_env(log)
-    assert reason is None, f"{reason}\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
-    return procs.GYM07_ENV / "bin" / "python"
-
-
-@pytest.fixture(scope="module")
 def bridge07(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
     """The bridge in managed mode on a nemo-gym 0.7.0 upstream."""
     bridge = BridgeProcess(args=["--gym-python", str(gym07_python), "--resources-server", ENV])
@@ -201,7 +162,9 @@ def bridge07(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
 
 
 @pytest.fixture(scope="module")
-def collected(bridge07: BridgeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collected]:
+def collected(
+    bridge07: BridgeProcess, gym07_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Collected]:
     row = gym_data(ENV)[0]  # 3 -> 6
     solution = counter_solution(row)
     claude = installed_cli("claude-code", "claude", f"{CLAUDE_VERSION} (Claude Code)")
@@ -253,7 +216,8 @@ def collected(bridge07: BridgeProcess, tmp_path_factory: pytest.TempPathFactory)
             "log_dir": str(work),
             "ready_file": str(work / "gym-servers.json"),
         }
-        with gym_servers(plan, work / "gym-servers.log") as global_config:
+        home = {**os.environ, "HOME": plan["home"]}
+        with gym_servers(gym07_python, SERVERS, plan, work / "gym-servers.log", 660, home) as global_config:
             keys = [(name, kind) for name in agents for kind in harnesses[str(agents[name]["agent"])].kinds]
             rows = [
                 {**(row if kind == "solution" else control_row(row)), "agent_ref": {"name": name}}

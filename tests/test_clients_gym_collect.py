@@ -19,12 +19,9 @@ bridged calls visible in the bridge's call log.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GYM_PYTHON, ROOT, BridgeProcess, free_port, gym_data
+from tests.conftest import GYM_PYTHON, ROOT, BridgeProcess, free_port, gym_data, gym_servers
 from tests.interop.gym_collect_env import ensure_collect_env
 from tests.interop.stubs.common import Solution, ground_truth_solution, upstream_url
 from tests.interop.stubs.gym_model_stub import PLAN_TAG, Plan, StubGymModelServer, first_user_text
@@ -83,33 +80,6 @@ def bridges(log_dir: Path) -> Iterator[dict[str, BridgeProcess]]:
     yield started
     for bridge in started.values():
         bridge.stop()
-
-
-@contextlib.contextmanager
-def gym_servers(plan: dict[str, Any], log: Path) -> Iterator[dict[str, Any]]:
-    """Gym's head server and the simple_agent servers, in the Gym interpreter."""
-    ready = Path(plan["ready_file"])
-    proc = subprocess.Popen(
-        [str(GYM_PYTHON), str(SERVERS), json.dumps(plan)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while not ready.exists():
-            assert proc.poll() is None, f"Gym servers exited:\n{log.read_text(errors='replace')[-4000:]}"
-            assert time.monotonic() < deadline, f"Gym servers not up:\n{log.read_text(errors='replace')}"
-            time.sleep(0.2)
-        yield json.loads(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def collect(rows: list[dict[str, Any]], head: dict[str, Any], work: Path, label: str) -> list[dict[str, Any]]:
@@ -179,7 +149,7 @@ def collected(bridges: dict[str, BridgeProcess], tmp_path_factory: pytest.TempPa
             "ready_file": str(work / "gym-servers.json"),
         }
         rollouts: dict[str, list[dict[str, Any]]] = {}
-        with gym_servers(plan_json, work / "gym-servers.log") as global_config:
+        with gym_servers(GYM_PYTHON, SERVERS, plan_json, work / "gym-servers.log", 240) as global_config:
             for where in WHERE:
                 rows = [
                     {**tagged(row, tag), "agent_ref": {"name": f"{env}_{where}_simple_agent"}}

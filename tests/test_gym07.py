@@ -77,15 +77,6 @@ STEPS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gym07_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The nemo-gym 0.7.0 interpreter, built (once; then stamp-cached) by the project's own builder."""
-    log = tmp_path_factory.mktemp("gym07-env") / "build.log"
-    reason = procs.ensure_gym07_env(log)
-    assert reason is None, f"{reason}\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
-    return procs.GYM07_ENV / "bin" / "python"
-
-
 def gym_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(FIXTURES), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
