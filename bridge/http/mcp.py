@@ -18,7 +18,7 @@ header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, an unpa
 the fast path does answer it answers exactly as the SDK would: the same handler (``_call``), the
 SDK's own result serialization for the negotiated revision (2026-07-28 adds ``resultType`` and the
 ``serverInfo`` ``_meta`` stamp; run once per result shape and reused as a template, see
-``_Results``), the same JSON-RPC envelope, encoding and status; ``tests/test_fastpath.py`` checks
+``Results``), the same JSON-RPC envelope, encoding and status; ``tests/test_fastpath.py`` checks
 the two paths answer byte for byte alike.
 
 Another replica's session (a token that verifies but names another replica, inside the peers) is
@@ -30,15 +30,12 @@ caller that did not check.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 import orjson
-import pydantic_core
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -48,6 +45,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
 from bridge.http.forwarding import Forwarding
+from bridge.http.mcp_results import Reply, Results, accepts_json, call_result, error_answer, meta_valid
 from bridge.http.requests import read_body, text_headers
 from bridge.service import Bridge, Foreign, Rejected
 from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
@@ -167,22 +165,6 @@ class McpEndpoint:
         return Reply(outcome.message, False, structured)
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What a ``tools/call`` answers: the text a model reads, whether it is an error, and the
-    upstream's JSON object (``structuredContent``) when it answered one."""
-
-    text: str
-    is_error: bool
-    structured: dict[str, Any] | None = None
-
-
-def call_result(text: str, is_error: bool, structured: dict[str, Any] | None = None) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
-    )
-
-
 # -- fast path ---------------------------------------------------------------------------------------
 
 
@@ -224,7 +206,7 @@ class _FastPath:
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
         self.endpoint = endpoint
-        self.results = _Results(serialize)
+        self.results = Results(serialize)
         self.default_version = DEFAULT_NEGOTIATED_VERSION
         self.handshake_versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
         self.modern_versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -268,7 +250,7 @@ class _FastPath:
         content_type = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
         if content_type != b"application/json":
             return None
-        if not _accepts_json(headers.get(b"accept", b"")):
+        if not accepts_json(headers.get(b"accept", b"")):
             return None
         if any(key.startswith(_MCP_PARAM_PREFIX) for key in headers):
             return None
@@ -328,7 +310,7 @@ class _FastPath:
             return False
         valid = self.valid_meta.get(key)
         if valid is None:
-            valid = _meta_valid(version, meta)
+            valid = meta_valid(version, meta)
             if len(self.valid_meta) >= _META_CACHE_SIZE:
                 self.valid_meta.clear()
             self.valid_meta[key] = valid
@@ -353,7 +335,7 @@ class _FastPath:
         except Foreign:
             raise
         except Exception as exc:
-            payload, status = _error_answer(request_id, exc, modern)
+            payload, status = error_answer(request_id, exc, modern)
         await send(
             {
                 "type": "http.response.start",
@@ -362,121 +344,3 @@ class _FastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
-
-
-_TEXT_MARK = "\x00gym-mcp-bridge text\x00"
-_STRUCTURED_MARK: dict[str, Any] = {"\x00gym-mcp-bridge structured\x00": True}
-_MISSING: Any = object()
-
-
-class _Results:
-    """``tools/call`` results as the SDK puts them on the wire, without a pydantic round trip per call.
-
-    The SDK's result serializer (``ServerRunner._serialize``: surface validation for the revision,
-    ``resultType`` and the ``serverInfo`` stamp on 2026-07-28) runs once per (revision, isError,
-    structured or not) on a result holding markers; each call copies that template with its own
-    text and structured object in the markers' places. A template whose markers did not come back
-    exactly where expected is refused, and those calls go through the serializer itself. The
-    envelope is encoded as the SDK's transport does: pydantic-core's JSON on the handshake wire,
-    ``json.dumps`` on the 2026-07-28 wire."""
-
-    def __init__(self, serialize: Callable[[str, str, Any], dict[str, Any]]) -> None:
-        self.serialize = serialize
-        self.templates: dict[tuple[str, bool, bool], dict[str, Any] | None] = {}
-
-    def result(self, version: str, reply: Reply) -> dict[str, Any]:
-        key = (version, reply.is_error, reply.structured is not None)
-        template = self.templates.get(key, _MISSING)
-        if template is _MISSING:
-            template = self.templates[key] = self._template(*key)
-        if template is None:
-            return self.serialize(
-                "tools/call", version, call_result(reply.text, reply.is_error, reply.structured)
-            )
-        result = dict(template)
-        result["content"] = [{**template["content"][0], "text": reply.text}]
-        if reply.structured is not None:
-            result["structuredContent"] = reply.structured
-        return result
-
-    def encode(self, version: str, modern: bool, request_id: int | str, reply: Reply) -> bytes:
-        return _envelope_bytes(
-            {"jsonrpc": "2.0", "id": request_id, "result": self.result(version, reply)}, modern
-        )
-
-    def _template(self, version: str, is_error: bool, structured: bool) -> dict[str, Any] | None:
-        marked = call_result(_TEXT_MARK, is_error, _STRUCTURED_MARK if structured else None)
-        template = self.serialize("tools/call", version, marked)
-        content = template.get("content")
-        fits = (
-            isinstance(content, list)
-            and len(content) == 1
-            and content[0] == {"type": "text", "text": _TEXT_MARK}
-            and (template.get("structuredContent") == _STRUCTURED_MARK) is structured
-            and (structured or "structuredContent" not in template)
-            and _TEXT_MARK not in json.dumps({k: v for k, v in template.items() if k != "content"})
-        )
-        if not fits:
-            log.warning("tools/call results for %s go through the SDK serializer (unexpected shape)", version)
-            return None
-        return template
-
-
-def _error_answer(request_id: int | str, exc: Exception, modern: bool) -> tuple[bytes, int]:
-    """The body and status the SDK sends when the handler raises (rare: ``_call`` renders every
-    refusal and upstream failure as a result)."""
-    from mcp_types import JSONRPCError
-
-    message = JSONRPCError(jsonrpc="2.0", id=request_id, error=_error_data(exc, modern))
-    if not modern:
-        return message.model_dump_json(by_alias=True, exclude_unset=True).encode(), 200
-    from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
-
-    dumped = message.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return _envelope_bytes(dumped, modern), ERROR_CODE_HTTP_STATUS.get(message.error.code, 200)
-
-
-def _envelope_bytes(message: dict[str, Any], modern: bool) -> bytes:
-    """A JSON-RPC message as the SDK's transports encode it: its modern single-exchange writer
-    (``_streamable_http_modern._write``) uses ``json.dumps``; its stateless JSON-response transport
-    (``_create_json_response``) pydantic's JSON, which pydantic-core's ``to_json`` is."""
-    if modern:
-        return json.dumps(message, separators=(",", ":")).encode()
-    return pydantic_core.to_json(message)
-
-
-def _accepts_json(accept: bytes) -> bool:
-    """``check_accept_headers``'s JSON half (RFC 7231 wildcards), as the SDK reads Accept."""
-    for media_type in accept.decode("latin-1").split(","):
-        kind = media_type.strip().split(";")[0].strip().lower()
-        if kind in ("*/*", "application/json", "application/*"):
-            return True
-    return False
-
-
-def _meta_valid(version: str, meta: Any) -> bool:
-    from mcp_types import methods
-    from pydantic import ValidationError
-
-    try:
-        methods.validate_client_request("tools/call", version, {"name": "x", "arguments": {}, "_meta": meta})
-    except (ValidationError, KeyError, ValueError):
-        return False
-    return True
-
-
-def _error_data(exc: Exception, modern: bool) -> Any:
-    """The JSON-RPC error the SDK sends when the handler raises: its modern entry maps through
-    ``modern_error_data``; its handshake-era dispatcher keeps ``code=0`` with the exception text."""
-    from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-    from mcp_types import ErrorData
-
-    if modern:
-        from mcp.server.runner import modern_error_data
-
-        return modern_error_data(exc)
-    error = handler_exception_to_error_data(exc)
-    if error is None:
-        log.exception("handler for 'tools/call' raised")
-        error = ErrorData(code=0, message=str(exc))
-    return error
