@@ -132,7 +132,8 @@ def compose_config(*args: str, env: dict[str, str] | None = None) -> dict[str, A
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("GYM_MCP_BRIDGE_", "COMPOSE_")) and k not in ("PYTHON_BASE", "NEMO_GYM_VERSION")
+        if not k.startswith(("GYM_MCP_BRIDGE_", "COMPOSE_"))
+        and k not in ("PYTHON_BASE", "NEMO_GYM_VERSION", "GYM_PYTHON_IMAGE")
     }
     env = {**clean, **(env or {})}
     base = [compose_binary(), "-f", str(ROOT / "compose.yaml"), *args]
@@ -176,11 +177,12 @@ def test_compose_default_profile() -> None:
 
 
 def test_compose_passes_the_base_image_and_gym_version_as_build_args() -> None:
-    cfg = compose_config(env={"PYTHON_BASE": "mirror.internal/python:3.12-slim", "NEMO_GYM_VERSION": "0.4.0"})
-    assert cfg["services"]["bridge"]["build"]["args"] == {
+    env = {
         "PYTHON_BASE": "mirror.internal/python:3.12-slim",
-        "NEMO_GYM_VERSION": "0.4.0",
+        "NEMO_GYM_VERSION": "0.7.0",
+        "GYM_PYTHON_IMAGE": "mirror.internal/python:3.13-slim",
     }
+    assert compose_config(env=env)["services"]["bridge"]["build"]["args"] == env
 
 
 def test_compose_secret_files_override(tmp_path: Path) -> None:
