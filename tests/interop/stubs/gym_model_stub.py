@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from tests.interop.stubs.common import LocalStub, StubHandler
 
 Solution = list[tuple[str, dict[str, Any]]]
 PLAN_TAG = "stub_plan"
+ROLLOUT_PREFIX = re.compile(r"^/ng-rollout/[^/]+(?=/)")
 
 
 @dataclass
@@ -137,7 +139,9 @@ class StubGymModelServer(LocalStub):
 
             def do_POST(self) -> None:
                 body = json.loads(self._read() or b"{}")
-                if self.path.rstrip("/") != "/v1/responses":
+                self.paths.append(f"POST {self.path}")
+                # Gym 0.7 with observability_enabled sends model calls under /ng-rollout/<id>/
+                if ROLLOUT_PREFIX.sub("", self.path).rstrip("/") != "/v1/responses":
                     self._send(404, self.not_found)
                 else:
                     self._send(200, json.dumps(stub.answer(body)).encode())
