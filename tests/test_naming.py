@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.scoring import naming
+from bridge.scoring import conventions
 from bridge.scoring.naming import (
     CONVENTIONS,
     EmittedCall,
@@ -287,7 +287,7 @@ servers = st.builds(
 def literal_names(tools: set[str], alias: str) -> set[str]:
     """Every string some client (any rule variant) shows for one of ``tools`` under ``alias``."""
     names = set(tools) | {render(t, alias, c) for t in tools for c in CONVENTIONS}
-    return names | {name for t in tools for name, _ in naming._renderings(t, alias)}
+    return names | {name for t in tools for name, _ in conventions.renderings(t, alias)}
 
 
 @st.composite
