@@ -30,7 +30,7 @@ from bridge.calllog import ToolCallRecord
 from bridge.metrics import Metrics
 from bridge.outcomes import ToolOutcome, VerifyOutcome
 from bridge.peers import Peers, default_peers
-from bridge.scoring import provenance, trajectory
+from bridge.scoring import call_provenance, provenance, trajectory
 from bridge.scoring import verify as verify_mod
 from bridge.sessions import (
     Session,
@@ -103,6 +103,7 @@ class Bridge:
         self.bound: tuple[str, int] = (settings.host, settings.port)
         self.toolsets: ToolSets | None = None
         self.upstream_routes: frozenset[str] = frozenset()
+        self.provenance_places: frozenset[str] = frozenset()  # where its /verify takes Gym's sidecar
         self.mcp_native: frozenset[str] = frozenset()  # tools served on the upstream's own /mcp
         self.rollout_prefix = False  # the upstream routes /ng-rollout/<id>/<path> as /<path> (Gym >= 0.7)
         self.signer: TokenSigner | None = None
@@ -142,6 +143,7 @@ class Bridge:
         for problem in skipped:
             log.warning("upstream route skipped, not served as a tool: %s", problem)
         self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
+        self.provenance_places = call_provenance.accepted_places(spec)
         self.rollout_prefix = await self._routes_rollout_prefix()
         listed = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
         native, skipped_native = tools_mod.from_mcp_listing(listed)
@@ -440,7 +442,7 @@ class Bridge:
             aliases = {self.upstream.server_name, *self.settings.server_aliases}
             upstream_tools = self.toolsets.openapi.names if self.toolsets is not None else ()
             try:
-                prepared = verify_mod.prepare(body, view, aliases, upstream_tools)
+                prepared = verify_mod.prepare(body, view, aliases, upstream_tools, self.provenance_places)
             except verify_mod.VerifyRefused as exc:
                 raise Rejected(str(exc), exc.kind) from exc
             for convention in prepared.names.conventions:

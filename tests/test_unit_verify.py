@@ -491,7 +491,8 @@ def test_many_non_latin1_names_stay_bounded_and_ascii() -> None:
 
 # --------------------------------------------------------------------------------------------
 # Gym's mcp_tool_call_provenance (Gym PR #2673: {call_id: {server_name, tool_name}} next to
-# ``response``): evidence under the rules names follow, never forwarded
+# ``response``): evidence under the rules names follow; with no upstream schema saying it takes the
+# key, never forwarded (where it sits and what an upstream takes: tests/test_unit_call_provenance.py)
 # --------------------------------------------------------------------------------------------
 
 
@@ -508,15 +509,24 @@ def test_provenance_is_taken_off_the_body_before_the_upstream_sees_it() -> None:
     prepared = prepare(with_provenance(fc("search", "c1"), c1=("gym", "search")), view(), {"gym"}, ())
     assert "mcp_tool_call_provenance" not in prepared.scoring
     assert prepared.scoring == {**ROW, "response": response(fc("search", "c1"))}  # the row still fills in
-    assert prepared.names.provenance == {"given": 1, "confirmed": 1}
+    assert prepared.names.provenance == {"given": 1, "confirmed": 1, "forwarded": False}
 
 
 def test_provenance_under_a_known_alias_names_the_tool_a_name_alone_would_not() -> None:
-    # a harness whose names no rule explains (say a future one): the structured record does
-    prepared = prepare(with_provenance(fc("gymtool_7", "c1"), c1=("gym", "search")), view(), {"gym"}, ())
+    # a harness whose names no rule explains (say a future one): the structured record does, when
+    # this session served that call
+    log = [record("s1", "search", "search", {"path": "a"})]
+    body = with_provenance(fc("gymtool_7", "c1"), c1=("gym", "search"))
+    prepared = prepare(body, view(log), {"gym"}, ())
     assert names_in(prepared.scoring["response"]) == [("search", None)]
     assert prepared.names.normalized == {"gymtool_7": "search"}
     assert prepared.names.conventions == ["provenance"]
+    # no call served: the claim alone credits nothing, even under the seed's own server name
+    unserved = prepare(body, view(), {"gym"}, ())
+    assert names_in(unserved.scoring["response"]) == [("gymtool_7", None)]
+    assert unserved.names.unresolved == [
+        {"name": "gymtool_7", "reason": "provenance names gym/search: no call the session served proves it"}
+    ]
 
 
 def test_provenance_naming_another_server_is_never_credited_even_on_a_bare_session_name() -> None:
@@ -526,7 +536,7 @@ def test_provenance_naming_another_server_is_never_credited_even_on_a_bare_sessi
     assert prepared.names.unresolved == [
         {"name": "search", "reason": "provenance names server 'web': no known alias, no recorded call"}
     ]
-    assert prepared.names.provenance == {"given": 1, "confirmed": 0}
+    assert prepared.names.provenance == {"given": 1, "confirmed": 0, "forwarded": False}
     payload, _ = finish(prepared, upstream_echo(prepared), None)
     assert names_in(payload["response"]) == [("search", None)]  # the caller's name comes back
 

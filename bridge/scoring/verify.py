@@ -7,7 +7,9 @@ Data flow: the body (Gym row fields + ``response``, or ``trajectory``) and the s
 in when the caller sent no row fields → a deep copy whose ``function_call`` names are resolved by
 ``naming`` against the session's tool names (or the body's own tools), on evidence only: the
 known aliases of this server (its name, the ``server_aliases`` setting, ``_bridge.server_aliases``
-in the body, stripped before forwarding) and those the session's own log proves → upstream
+in the body, stripped before forwarding) and those the session's own log proves, and Gym's
+``mcp_tool_call_provenance`` weighed as evidence (``call_provenance``: the upstream gets only the
+claims credited, where its model takes the key) → upstream
 ``/verify`` with the session's cookie → the upstream's answer, with names restored to what the
 harness emitted (matched by ``call_id``) and ``_bridge`` added, with ``provenance`` (which calls
 this bridge served for the session, signed; see ``provenance``). The bridge never computes a reward:
@@ -25,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.calllog import ToolCallRecord
-from bridge.scoring import harness, naming, trajectory
+from bridge.scoring import call_provenance, harness, naming, trajectory
+from bridge.scoring.call_provenance import KEY as PROVENANCE_KEY
+from bridge.scoring.call_provenance import TYPED_KEY as TYPED_VERIFY_KEY
 
 BRIDGE_KEY = "_bridge"
-TYPED_VERIFY_KEY = "verification_input"
-PROVENANCE_KEY = "mcp_tool_call_provenance"  # Gym PR #2673: {call_id: {server_name, tool_name}}
 REPORT_HEADER = "x-gym-mcp-bridge"
 REPORT_HEADER_LIMIT = 4096  # bytes of the report header; past it, counts only
 
@@ -90,7 +92,10 @@ class NameReport:
     namespaces: dict[str, str] = field(default_factory=dict)  # call_id -> emitted namespace
     conventions: list[str] = field(default_factory=list)  # one per renamed call
     proven_aliases: list[str] = field(default_factory=list)
-    provenance: dict[str, int] | None = None  # {"given", "confirmed"} when the body carried Gym's field
+    provenance: dict[str, Any] | None = (
+        None  # {"given", "confirmed"[, "forwarded"]} when the body had Gym's field
+    )
+    credited_claims: dict[str, str] = field(default_factory=dict)  # call_id -> tool, for claims credited
 
 
 def _emitted_calls(response: Mapping[str, Any]) -> list[naming.EmittedCall]:
@@ -103,28 +108,6 @@ def _emitted_calls(response: Mapping[str, Any]) -> list[naming.EmittedCall]:
         for item in trajectory.function_calls(response)
         if isinstance(item.get("name"), str)
     ]
-
-
-def _call_provenance(body: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
-    """Gym's ``mcp_tool_call_provenance`` of a verify body (``{call_id: {server_name, tool_name}}``,
-    Gym PR #2673) as call_id -> (server, tool), removed from the body; None when absent or null.
-
-    Never forwarded: the upstream served these calls over REST through the bridge, not over its
-    own MCP, so a Gym that checks the field against its own MCP ledger would find none of them."""
-    value = body.pop(PROVENANCE_KEY, None)
-    if value is None:
-        return None
-    problem = f"{PROVENANCE_KEY} must be an object mapping call ids to {{server_name, tool_name}} strings"
-    if not isinstance(value, dict):
-        raise VerifyRefused(problem)
-    found: dict[str, tuple[str, str]] = {}
-    for call_id, entry in value.items():
-        server = entry.get("server_name") if isinstance(entry, dict) else None
-        tool = entry.get("tool_name") if isinstance(entry, dict) else None
-        if not (isinstance(server, str) and server and isinstance(tool, str) and tool):
-            raise VerifyRefused(problem)
-        found[call_id] = (server, tool)
-    return found
 
 
 @dataclass
@@ -187,9 +170,7 @@ def _decide(
         and naming.resolve(emitted, known, [server], namespace).canonical != tool
     ):
         call.reason = f"provenance names {server}/{tool}, the name names another server"
-    elif server in trusted:
-        call.canonical, call.convention = tool, call.convention or "provenance"
-    else:
+    elif server not in trusted or call.canonical != tool:  # only this session's served call proves it
         call.canonical, call.claimed = None, claim
     return call
 
@@ -203,9 +184,10 @@ def normalize(
 ) -> NameReport:
     """Rename ``response``'s function calls in place to canonical names, on the evidence of the known
     ``aliases``, of the calls the session ``served`` (canonical name, canonical arguments) and of
-    Gym's per-call ``provenance`` (call_id -> (server, tool)), which confirms or refutes a call and
-    proves its server only as a name would. A harness tool's bare name that is also a session tool
-    is credited only with a served call (same tool and arguments) left for it."""
+    Gym's per-call ``provenance`` (call_id -> (server, tool)), which refutes a call, confirms what
+    its name says, and credits anything more (a name no rule explains, a server no alias names)
+    only with a served call (same tool and arguments) left for it. A harness tool's bare name that
+    is also a session tool is credited only with a served call left for it too."""
     report = NameReport()
     proven = naming.prove_aliases(_emitted_calls(response), known, aliases, served) if served else set()
     trusted = {*aliases, *proven}
@@ -223,20 +205,15 @@ def normalize(
     for call in calls:
         if call.claimed is not None:
             server, tool = call.claimed
-            # the log proves this server as it proves a name's; a bare harness name needs it anyway
-            needs_record = server not in trusted or (
-                tool == call.emitted and call.namespace is None and call.clients
-            )
-            if needs_record and remaining[(tool, call.arguments)] <= 0:
+            if remaining[(tool, call.arguments)] <= 0:
                 call.reason = (
                     f"provenance names server {server!r}: no known alias, no recorded call"
                     if server not in trusted
-                    else "also a tool of this session; no call the session served proves it"
+                    else f"provenance names {server}/{tool}: no call the session served proves it"
                 )
                 continue
-            if needs_record:
-                remaining[(tool, call.arguments)] -= 1
-            if server not in trusted:
+            remaining[(tool, call.arguments)] -= 1
+            if server not in trusted:  # the log proves this server as it proves a name's
                 trusted.add(server)
                 proven.add(server)
             call.canonical, call.convention = tool, call.convention or "provenance"
@@ -248,8 +225,12 @@ def normalize(
                 call.reason = "also a tool of this session; no call the session served proves it"
     report.proven_aliases = sorted(proven)
     if provenance is not None:
-        confirmed = sum(1 for c in calls if c.canonical is not None and c.item.get("call_id") in provenance)
-        report.provenance = {"given": len(provenance), "confirmed": confirmed}
+        report.credited_claims = {
+            c.item["call_id"]: c.canonical
+            for c in calls
+            if c.canonical is not None and c.item.get("call_id") in provenance
+        }
+        report.provenance = {"given": len(provenance), "confirmed": len(report.credited_claims)}
     for call in calls:
         _apply(call, known, report)
     return report
@@ -357,6 +338,7 @@ class Prepared:
     typed: bool
     never_ran: bool
     recorded_calls: int
+    sidecar: call_provenance.Sidecar | None = None  # Gym's mcp_tool_call_provenance, as sent
 
 
 def prepare(
@@ -364,12 +346,15 @@ def prepare(
     session: SessionView | None,
     aliases: Collection[str],
     upstream_tools: Collection[str],
+    provenance_places: Collection[str] = (),
 ) -> Prepared:
     """The body to forward to the upstream's ``/verify``, names resolved on evidence only.
 
     ``aliases``: the server's known names (``_bridge.server_aliases`` of the body is added, then
     stripped); ``upstream_tools``: the names to resolve against when there is no session and the
-    body names no tools. Raises ``VerifyRefused``."""
+    body names no tools; ``provenance_places``: where the upstream's request model takes Gym's
+    ``mcp_tool_call_provenance`` (``call_provenance.accepted_places``): there it gets the claims this
+    bridge credited, elsewhere nothing. Raises ``VerifyRefused``."""
     body = dict(body)
     raw_trajectory = body.pop("trajectory", None)
     if raw_trajectory is not None:
@@ -387,7 +372,10 @@ def prepare(
         except trajectory.TrajectoryError as exc:
             raise VerifyRefused(f"invalid trajectory: {exc}") from exc
     declared = _declared_aliases(body)
-    provenance = _call_provenance(body)
+    try:
+        sidecar = call_provenance.take(body)
+    except ValueError as exc:
+        raise VerifyRefused(str(exc)) from exc
     typed = TYPED_VERIFY_KEY in body
     if session is not None and not typed and not (set(body) - {"response"}):
         body = {**session.row, **body}
@@ -402,9 +390,18 @@ def prepare(
         else []
     )
     known = _known_names(session.tool_names if session else None, scoring, upstream_tools)
-    names = normalize(response, known, {*aliases, *declared}, served, provenance)
+    claims = sidecar.claims if sidecar is not None else None
+    names = normalize(response, known, {*aliases, *declared}, served, claims)
+    if sidecar is not None and names.provenance is not None:
+        forwarded = sidecar.place in provenance_places
+        if forwarded:
+            call_provenance.place_in(
+                scoring, sidecar, call_provenance.checked(sidecar, names.credited_claims)
+            )
+        names.provenance["forwarded"] = forwarded
     recorded = session.calls_served if session is not None else 0
-    return Prepared(scoring, response, names, typed, agent_never_ran(response, recorded), recorded)
+    never_ran = agent_never_ran(response, recorded)
+    return Prepared(scoring, response, names, typed, never_ran, recorded, sidecar)
 
 
 def finish(prepared: Prepared, payload: dict[str, Any], signed_calls: Any) -> tuple[dict[str, Any], str]:
@@ -425,6 +422,8 @@ def finish(prepared: Prepared, payload: dict[str, Any], signed_calls: Any) -> tu
     if signed_calls is not None:
         report["provenance"] = signed_calls
     _restore_names(payload, names)
+    if prepared.sidecar is not None:
+        call_provenance.restore(payload, prepared.sidecar)
     if not prepared.typed:  # Gym's typed verify responses forbid extra keys: the header carries it
         if prepared.never_ran:
             payload["mask_sample"] = True
