@@ -13,7 +13,8 @@ Above this package, ``Upstream``, ``UpstreamResponse`` and the errors are import
 ``process`` (and the pool's own tests and benchmark).
 """
 
-from bridge.upstream.process import BootInfo, Upstream, UpstreamStartError
+from bridge.upstream.child import BootInfo
+from bridge.upstream.process import Upstream, UpstreamStartError
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
     UpstreamRequestRefused,

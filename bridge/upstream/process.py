@@ -1,10 +1,10 @@
 """The upstream resources server's lifecycle: its process (managed mode) or its URL (external mode),
 and ``post``, which sends every request through the keep-alive pool (``transport``) or httpx.
 
-Managed mode spawns ``boot.py`` under the Gym environment's interpreter (or, when the
-server's ``requirements.txt`` asks for more, under its own environment layered on it, built once by
-``envs``) in its own process group, reads the port file it writes (the host and port it actually bound), and probes
-``/openapi.json`` there until it answers. A child that exits during startup is reported at once
+Managed mode spawns ``boot.py`` (a ``child.Child``) under the Gym environment's interpreter (or,
+when the server's ``requirements.txt`` asks for more, under its own environment layered on it, built
+once by ``envs``) in its own process group, reads the port file it writes (the host and port it
+actually bound), and probes ``/openapi.json`` there until it answers. A child that exits during startup is reported at once
 with its exit code and log tail; one that is not ready within ``startup_timeout_s`` is killed and
 reported with the seconds spent and the log tail. Once running, ``supervise`` waits on the child:
 an unexpected exit bumps ``generation`` (every session built on the old process is lost) and
@@ -20,17 +20,13 @@ app asks this module for responses and status; this module never calls back into
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import importlib.util
-import json
 import logging
 import os
-import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
@@ -41,6 +37,7 @@ from opentelemetry.trace import SpanKind
 from bridge import tracing
 from bridge.settings import Settings
 from bridge.upstream import envs as gym_envs
+from bridge.upstream.child import BootInfo, Child, exit_text
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
     KeepAlivePool,
@@ -57,50 +54,12 @@ if importlib.util.find_spec("sniffio") is None:
 
 log = logging.getLogger("gym_mcp_bridge.upstream")
 
-BOOT_SCRIPT = Path(__file__).with_name("boot.py")
-LOG_TAIL_LINES = 40
-STOP_GRACE_S = 5.0
 _POLL_S = 0.05
 _DEATH_WAIT_S = 0.3  # how long a failed request waits to learn whether the child died
 
 
 class UpstreamStartError(Exception):
     """The upstream could not be started or reached; str(exc) says what and how to fix it."""
-
-
-@dataclass(slots=True)
-class BootInfo:
-    host: str
-    port: int
-    server_name: str
-    server_class: str
-    gym_version: str
-    pid: int
-    example_rows: str | None = None  # the environment's data/example.jsonl, when it ships one
-
-    @classmethod
-    def read(cls, port_file: Path) -> BootInfo | None:
-        """What the boot script wrote to its port file once it bound; None before it has."""
-        if not port_file.is_file():
-            return None
-        info = json.loads(port_file.read_text())
-        return cls(
-            host=info["host"],
-            port=int(info["port"]),
-            server_name=info["server_name"],
-            server_class=info["class"],
-            gym_version=info["gym_version"],
-            pid=int(info["pid"]),
-            example_rows=info.get("example_rows"),
-        )
-
-    @property
-    def url(self) -> str:
-        return _url(self.host, self.port)
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class Upstream:
@@ -118,10 +77,8 @@ class Upstream:
         self.not_ready_reason = "upstream starting"
         self.boot: BootInfo | None = None
         self.exit_code: int | None = None
-        self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-        self._proc: asyncio.subprocess.Process | None = None
+        self._child: Child | None = None
         self._env: gym_envs.GymEnv | None = None  # the server's interpreter and directory (managed)
-        self._reader: asyncio.Task[None] | None = None
         self._stopping = False
         self._workdir = Path(tempfile.mkdtemp(prefix="gym-mcp-bridge-"))
         self.client = httpx.AsyncClient(
@@ -146,7 +103,8 @@ class Upstream:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+        child = self._child
+        return child.pid if child is not None and child.returncode is None else None
 
     def status(self) -> dict[str, Any]:
         return {
@@ -209,44 +167,30 @@ class Upstream:
         python = self._env.python
         port_file = self._workdir / f"port-{self.generation}.json"
         port_file.unlink(missing_ok=True)
-        self.log_tail.clear()
         self.exit_code = None
         self.boot = None
-        self._proc = await asyncio.create_subprocess_exec(
-            str(python),
-            str(BOOT_SCRIPT),
-            "--server",
-            self.settings.resources_server,
-            "--host",
-            self.settings.upstream_host,
-            "--port",
-            str(self.settings.upstream_port),
-            "--port-file",
-            str(port_file),
-            "--parent-pid",
-            str(os.getpid()),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-            env=self._env.child_env({**os.environ, "PYTHONUNBUFFERED": "1"}),
-        )
-        self._reader = asyncio.create_task(self._read_log(self._proc))
+        if self._child is not None:
+            await self._child.close()
+        args = ["--server", self.settings.resources_server, "--host", self.settings.upstream_host]
+        args += ["--port", str(self.settings.upstream_port), "--port-file", str(port_file)]
+        args += ["--parent-pid", str(os.getpid())]
+        env = self._env.child_env({**os.environ, "PYTHONUNBUFFERED": "1"})
+        child = self._child = await Child.spawn(python, args, env)
         budget = self.settings.startup_timeout_s
         started = time.monotonic()
         name = self.settings.resources_server
         while True:
             spent = time.monotonic() - started
-            if self._proc.returncode is not None:
-                await self._drain_log()
-                self.exit_code = self._proc.returncode
+            if child.returncode is not None:
+                await child.drain_log()
+                self.exit_code = child.returncode
                 raise UpstreamStartError(
                     f"upstream {name} exited with code {self.exit_code} after {spent:.1f}s of startup"
-                    f"{self._tail_text()}"
+                    f"{child.tail_text()}"
                 )
             if spent > budget:
-                tail = self._tail_text()  # before the kill adds the child's interrupt traceback
-                await self._kill_group()
+                tail = child.tail_text()  # before the kill adds the child's interrupt traceback
+                await child.kill_group()
                 raise UpstreamStartError(
                     f"upstream {name} not ready after {spent:.1f}s of its {budget:g}s startup budget "
                     f"(startup_timeout_s){tail}"
@@ -269,29 +213,31 @@ class Upstream:
                         )
                         return
             self.not_ready_reason = (
-                f"upstream {name} starting: {spent:.1f}s of its {budget:g}s startup budget{self._tail_text()}"
+                f"upstream {name} starting: {spent:.1f}s of its {budget:g}s startup budget{child.tail_text()}"
             )
             await asyncio.sleep(_POLL_S)
 
     async def supervise(self) -> None:
         """Managed mode: restart the child when it dies unexpectedly, with backoff."""
         backoff = 0.5
-        while self._proc is not None and not self._stopping:
-            code = await self._proc.wait()
+        while self._child is not None and not self._stopping:
+            child = self._child
+            code = await child.wait()
             if self._stopping:
                 return
-            died = f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
+            died = f"upstream {self.settings.resources_server} exited with code {code} ({exit_text(code)})"
             self.exit_code = code
             self.ready = False
             self.not_ready_reason = died
             self.generation += 1
-            await self._drain_log()
-            log.error("%s; every session it held is lost%s", died, self._tail_text())
+            await child.drain_log()
+            log.error("%s; every session it held is lost%s", died, child.tail_text())
             if not self.settings.restart_upstream:
-                self.not_ready_reason = f"{died} (restart_upstream is off){self._tail_text()}"
+                self.not_ready_reason = f"{died} (restart_upstream is off){child.tail_text()}"
                 return
             while not self._stopping:
-                self.not_ready_reason = f"{died}; restarting (attempt {self.restarts + 1}){self._tail_text()}"
+                tail = self._child.tail_text() if self._child is not None else ""  # the last attempt's
+                self.not_ready_reason = f"{died}; restarting (attempt {self.restarts + 1}){tail}"
                 await asyncio.sleep(backoff)
                 try:
                     await self._spawn()
@@ -314,10 +260,10 @@ class Upstream:
         try:
             response = await self.client.get(f"{self.url}/openapi.json", timeout=2.0)
         except httpx.HTTPError as exc:
-            code = await self._death(self._proc)
+            code = await self._death(self._child)
             if code is not None:  # a managed child's socket closes a moment before its exit is reaped
                 return (
-                    f"upstream {self.settings.resources_server} exited with code {code} ({_exit_text(code)})"
+                    f"upstream {self.settings.resources_server} exited with code {code} ({exit_text(code)})"
                 )
             return f"upstream {self.url} unreachable: {_describe(exc)}"
         if response.status_code != 200:
@@ -327,33 +273,29 @@ class Upstream:
     async def failure_cause(self, exc: BaseException) -> str:
         """Why a request to the upstream failed; names the process's death when the managed child
         died under the request (its connection drops a moment before the exit is reaped)."""
-        proc = self._proc
-        code = await self._death(proc)
-        if proc is not None and code is not None:
+        child = self._child
+        code = await self._death(child)
+        if child is not None and code is not None:
             return (
-                f"the upstream process {self.settings.resources_server} (pid {proc.pid}) died "
-                f"({_exit_text(code)}) during the call; every session it held is lost"
+                f"the upstream process {self.settings.resources_server} (pid {child.pid}) died "
+                f"({exit_text(code)}) during the call; every session it held is lost"
             )
         return self.not_ready_reason if not self.ready else _describe(exc)
 
-    async def _death(self, proc: asyncio.subprocess.Process | None) -> int | None:
-        """The managed child's exit code when it has died (waiting ``_DEATH_WAIT_S`` for the exit to
-        be reaped), else None; None too while stopping, when its death is expected."""
-        if proc is None or self._stopping:
+    async def _death(self, child: Child | None) -> int | None:
+        """The managed child's exit code when it has died, else None; None too while stopping,
+        when its death is expected."""
+        if child is None or self._stopping:
             return None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(proc.wait()), _DEATH_WAIT_S)
-        return proc.returncode
+        return await child.death(_DEATH_WAIT_S)
 
     async def stop(self) -> None:
         self._stopping = True
         self.ready = False
         self.not_ready_reason = "bridge shutting down"
-        await self._kill_group()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        if self._child is not None:
+            await self._child.kill_group()
+            await self._child.close()
         await self.client.aclose()
         if self._pool is not None:
             self._pool.close()
@@ -361,43 +303,6 @@ class Upstream:
             leftover.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self._workdir.rmdir()
-
-    async def _kill_group(self) -> None:
-        proc = self._proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-        except TimeoutError:
-            log.warning(
-                "upstream did not stop within %.0fs of SIGINT; killing its process group", STOP_GRACE_S
-            )
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # also reaps grandchildren left in the group
-        await proc.wait()
-
-    # -- log ------------------------------------------------------------------------------------
-
-    async def _read_log(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        async for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            if line:
-                self.log_tail.append(line)
-                log.debug("[upstream] %s", line)
-
-    async def _drain_log(self) -> None:
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), 1.0)
-
-    def _tail_text(self, lines: int = 10) -> str:
-        tail = list(self.log_tail)[-lines:]
-        if not tail:
-            return ""
-        return "; last log lines:\n  " + "\n  ".join(tail)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -468,13 +373,6 @@ class Upstream:
         response = await self.client.get(f"{self.url}{path}", timeout=10.0)
         response.raise_for_status()
         return response.json()
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
 
 
 def _describe(exc: BaseException) -> str:
