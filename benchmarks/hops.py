@@ -11,6 +11,8 @@ its own advertise URL; default peers: any loopback port), so every path reaches 
 Paths (``HOP_PATHS``):
 
 * ``direct``: ``POST /increment_counter`` to the upstream with the session's cookie (the reference);
+* ``relay``: the same requests through a byte relay in its own process (``benchmarks/relay.py``, a
+  control: what any second process on the path costs without doing any HTTP work);
 * ``owner``: ``POST /mcp`` (a stateless ``tools/call``, handshake era, token header) to the replica
   that seeded the session;
 * ``fwd``: the same call to another replica, which relays it to the owner (every call forwarded);
@@ -30,7 +32,6 @@ from __future__ import annotations
 import http.client
 import itertools
 import os
-import statistics
 import sys
 import threading
 import time
@@ -42,32 +43,11 @@ from typing import Any
 import orjson
 
 from benchmarks.clients import TOKEN_HEADER, seed_body
+from benchmarks.hops_report import HOP_PATHS, HopRun, plot, summarize, table
 from benchmarks.procs import BenchError, Proc
 
-HOP_PATHS = ["direct", "owner", "fwd", "svc2", "svc3"]
-LABELS = {
-    "direct": "direct HTTP (reference)",
-    "owner": "bridge, straight to the owner",
-    "fwd": "bridge, via a non-owner (all forwarded)",
-    "svc2": "bridge, 2 replicas round robin",
-    "svc3": "bridge, 3 replicas round robin",
-}
 _JSON = {"content-type": "application/json"}
 _MCP = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
-
-
-@dataclass
-class HopRun:
-    path: str
-    sessions: int
-    round: int
-    calls: int
-    calls_per_s: float
-    p50_ms: float
-    p99_ms: float
-    cpu_ms_per_call: dict[str, float]  # process name -> CPU ms per call in the timed window
-    client_cpu_ms_per_call: float
-    loadavg: float
 
 
 @dataclass
@@ -94,9 +74,12 @@ def _post(
 class HopBench:
     """One upstream and up to three replicas (``Proc``); runs the paths, returns ``HopRun`` rows."""
 
-    def __init__(self, upstream: Proc, replicas: list[Proc], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, upstream: Proc, replicas: list[Proc], log: Callable[[str], None], relay: Proc | None = None
+    ) -> None:
         self.upstream = upstream
         self.replicas = replicas
+        self.relay = relay
         self.log = log
         self.seeds = itertools.count(5000, 7)
         self.rpc_ids = itertools.count(1)
@@ -108,11 +91,13 @@ class HopBench:
 
     def _open(self, path: str, index: int) -> _Session:
         seed = next(self.seeds)
-        if path == "direct":
-            conn = _connect(self.upstream.url)
+        if path in ("direct", "relay"):
+            if path == "relay" and self.relay is None:
+                raise BenchError("hops relay: no relay was started")
+            conn = _connect(self.relay.url if path == "relay" and self.relay else self.upstream.url)
             status, raw, response = _post(conn, "/seed_session", seed_body(seed), _JSON)
             if status != 200:
-                raise BenchError(f"hops direct: seed answered {status}: {raw[:200]!r}")
+                raise BenchError(f"hops {path}: seed answered {status}: {raw[:200]!r}")
             cookie = "; ".join(c.split(";", 1)[0] for c in response.headers.get_all("set-cookie") or [])
             return _Session(seed, [(conn, "/increment_counter", {**_JSON, "cookie": cookie})])
         replicas = self._replicas_for(path)
@@ -134,10 +119,10 @@ class HopBench:
     def _call(self, session: _Session, path: str, tool: str, arguments: dict[str, Any]) -> Any:
         conn, target, headers = session.targets[session.turn % len(session.targets)]
         session.turn += 1
-        if path == "direct":
+        if path in ("direct", "relay"):
             status, raw, _ = _post(conn, f"/{tool}", orjson.dumps(arguments), headers)
             if status != 200:
-                raise BenchError(f"hops direct: {tool} answered {status}: {raw[:200]!r}")
+                raise BenchError(f"hops {path}: {tool} answered {status}: {raw[:200]!r}")
             return orjson.loads(raw)
         body = orjson.dumps(
             {
@@ -158,11 +143,11 @@ class HopBench:
 
     def run(self, path: str, sessions: int, calls: int, round_: int) -> HopRun:
         opened = [self._open(path, i) for i in range(sessions)]
-        procs = (
-            {"upstream": self.upstream, **{r.name: r for r in self._replicas_for(path)}}
-            if path != "direct"
-            else {"upstream": self.upstream}
-        )
+        procs: dict[str, Proc] = {"upstream": self.upstream}
+        if path == "relay" and self.relay is not None:
+            procs["relay"] = self.relay
+        elif path != "direct":
+            procs.update({r.name: r for r in self._replicas_for(path)})
         ready = threading.Barrier(sessions + 1)
         done = threading.Barrier(sessions + 1)
         errors: list[BaseException] = []
@@ -248,152 +233,29 @@ def interleave(
     return out
 
 
-# -- summary --------------------------------------------------------------------------------------------
-
-
-def _bridge_cpu(run: HopRun) -> float:
-    return sum(v for k, v in run.cpu_ms_per_call.items() if k != "upstream")
-
-
-def summarize(runs: list[HopRun]) -> list[dict[str, Any]]:
-    """Per (sessions, path): medians over rounds of calls/s, the ratio to direct and to the owner in
-    the same round, p50/p99 and their excess over direct, CPU per call per process; for forwarded
-    paths the extra bridge CPU per call over the owner path's (all replicas together)."""
-    out = []
-    for sessions in sorted({r.sessions for r in runs}):
-        level = [r for r in runs if r.sessions == sessions]
-        by = {(r.path, r.round): r for r in level}
-        names = list(
-            dict.fromkeys(
-                [*(p for p in HOP_PATHS if any(r.path == p for r in level)), *(r.path for r in level)]
-            )
-        )
-        for path in names:
-            base, _, tag = path.partition("@")  # "fwd@before": the fwd path on the compared checkout
-            owner = f"owner@{tag}" if tag else "owner"
-            mine = [r for r in level if r.path == path]
-            pairs_direct = [(r, by[("direct", r.round)]) for r in mine if ("direct", r.round) in by]
-            pairs_owner = [(r, by[(owner, r.round)]) for r in mine if (owner, r.round) in by]
-            procs = sorted({k for r in mine for k in r.cpu_ms_per_call})
-            row: dict[str, Any] = {
-                "sessions": sessions,
-                "path": path,
-                "label": LABELS[base] + (f" [{tag}]" if tag else ""),
-                "rounds": len(mine),
-                "calls_per_s": statistics.median(r.calls_per_s for r in mine),
-                "ratio_direct": statistics.median(r.calls_per_s / d.calls_per_s for r, d in pairs_direct),
-                "ratio_owner": statistics.median(r.calls_per_s / o.calls_per_s for r, o in pairs_owner)
-                if pairs_owner and base != "direct"
-                else None,
-                "p50_ms": statistics.median(r.p50_ms for r in mine),
-                "p99_ms": statistics.median(r.p99_ms for r in mine),
-                "added_p50_ms": statistics.median(r.p50_ms - d.p50_ms for r, d in pairs_direct),
-                "added_p99_ms": statistics.median(r.p99_ms - d.p99_ms for r, d in pairs_direct),
-                "cpu_ms_per_call": {
-                    k: statistics.median(r.cpu_ms_per_call.get(k, 0.0) for r in mine) for k in procs
-                },
-                "bridge_cpu_ms_per_call": statistics.median(_bridge_cpu(r) for r in mine),
-                "client_cpu_ms_per_call": statistics.median(r.client_cpu_ms_per_call for r in mine),
-                "extra_bridge_cpu_ms_per_call": statistics.median(
-                    _bridge_cpu(r) - _bridge_cpu(o) for r, o in pairs_owner
-                )
-                if pairs_owner and base not in ("direct", "owner")
-                else None,
-                "loadavg": [min(r.loadavg for r in mine), max(r.loadavg for r in mine)],
-            }
-            out.append(row)
-    return out
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'sessions':>8} {'path':<52} {'calls/s':>8} {'/direct':>7} {'/owner':>7} {'p50 ms':>7} {'+p50':>6} "
-        f"{'+p99':>6} {'bridge CPU':>10} {'extra':>6} {'upstr CPU':>9} {'load':>9}"
-    )
-    lines = [
-        "synchronous keep-alive client (http.client), medians over interleaved rounds; CPU in ms per call",
-        head,
-        "-" * len(head),
-    ]
-    for row in rows:
-        lines.append(
-            f"{row['sessions']:>8} {row['label']:<52} {row['calls_per_s']:8.0f} {row['ratio_direct']:7.2f} "
-            f"{_fmt(row['ratio_owner'], '.2f'):>7} {row['p50_ms']:7.3f} {row['added_p50_ms']:6.3f} "
-            f"{row['added_p99_ms']:6.3f} {row['bridge_cpu_ms_per_call'] if row['path'] != 'direct' else 0:10.3f} "
-            f"{_fmt(row['extra_bridge_cpu_ms_per_call'], '.3f'):>6} {row['cpu_ms_per_call']['upstream']:9.3f} "
-            f"{row['loadavg'][0]:4.1f}-{row['loadavg'][1]:<4.1f}"
-        )
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
-    """Grouped bars: each path's throughput as a ratio to direct HTTP, per session count; and each
-    path's bridge CPU per call (all replicas) beside the upstream's."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (make setup installs the dev group)"
-    levels = sorted({r["sessions"] for r in rows})
-    paths = list(dict.fromkeys(r["path"] for r in rows))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=120)
-    width = 0.8 / len(levels)
-    for i, sessions in enumerate(levels):
-        found = {r["path"]: r for r in rows if r["sessions"] == sessions}
-        xs = [j + i * width for j in range(len(paths))]
-        left.bar(
-            xs,
-            [found[p]["ratio_direct"] if p in found else 0 for p in paths],
-            width,
-            label=f"{sessions} sessions",
-        )
-        right.bar(
-            xs,
-            [found[p]["bridge_cpu_ms_per_call"] if p in found and p != "direct" else 0 for p in paths],
-            width,
-            label=f"{sessions} sessions",
-        )
-    for ax in (left, right):
-        ax.set_xticks(
-            [j + width * (len(levels) - 1) / 2 for j in range(len(paths))], paths, rotation=30, ha="right"
-        )
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    left.axhline(0.85, color="grey", linestyle="--", linewidth=1)
-    left.set_ylabel("calls/s ÷ direct HTTP, same round")
-    left.set_title("Throughput, synchronous client")
-    right.set_ylabel("bridge CPU ms per call (all replicas)")
-    right.set_title("Bridge CPU per call")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return None
-
-
 # -- entry --------------------------------------------------------------------------------------------
 
 
-def start(workdir: Path, replicas: int, log: Callable[[str], None]) -> tuple[Proc, list[Proc]]:
-    """The upstream and ``replicas`` bridges on it, their files in ``workdir/hops``."""
+def start(workdir: Path, replicas: int, log: Callable[[str], None]) -> tuple[Proc, list[Proc], Proc]:
+    """The upstream, ``replicas`` bridges on it and the byte relay to it (``benchmarks/relay.py``),
+    their files in ``workdir/hops``."""
     from benchmarks import procs
 
     workdir = workdir / "hops"
     workdir.mkdir(exist_ok=True)
     upstream = procs.start_upstream(workdir)
+    started: list[Proc] = []
     try:
         started = start_replicas(workdir, upstream, replicas, "replica")
+        relay = procs.start_relay(workdir, upstream.url)
     except BaseException:
-        upstream.stop()
+        for proc in [*started, upstream]:
+            proc.stop()
         raise
-    log(f"bench: hops: upstream {upstream.url}, replicas {', '.join(p.url for p in started)}")
-    return upstream, started
+    log(
+        f"bench: hops: upstream {upstream.url}, replicas {', '.join(p.url for p in started)}, relay {relay.url}"
+    )
+    return upstream, started, relay
 
 
 def start_replicas(
@@ -463,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="gym-mcp-hops-") as tmp:
-        upstream, replicas = start(Path(tmp), 3, log)
+        upstream, replicas, relay = start(Path(tmp), 3, log)
+        replicas.append(relay)  # stopped with them
         try:
-            bench = HopBench(upstream, replicas, log)
+            bench = HopBench(upstream, replicas[:3], log, relay)
             variants: list[Variant] = [(p, bench, p) for p in paths]
             if args.compare_tree is not None:
                 other = start_replicas(Path(tmp), upstream, 2, args.compare_tag, args.compare_tree.resolve())

@@ -119,6 +119,25 @@ class Proc:
                 os.killpg(self.popen.pid, signal.SIGKILL)
 
 
+def start_relay(workdir: Path, target_url: str, timeout: float = 60) -> Proc:
+    """``benchmarks/relay.py`` in front of ``target_url`` (a byte relay: the hops benchmark's control)."""
+    proc = _spawn(
+        "relay",
+        [sys.executable, "-m", "benchmarks.relay", "--target", target_url.removeprefix("http://")],
+        workdir,
+    )
+    deadline, log = time.monotonic() + timeout, workdir / "relay.log"
+    while True:
+        first = log.read_text(errors="replace").split("\n", 1)[0] if log.exists() else ""
+        if first.startswith("port ") and first.endswith(tuple("0123456789")):
+            proc.url = f"http://127.0.0.1:{int(first.split()[1])}"
+            return proc
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"the relay did not start:\n{proc.log_tail()}")
+        time.sleep(0.02)
+
+
 def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
     log = workdir / f"{name}.log"
     popen = subprocess.Popen(
