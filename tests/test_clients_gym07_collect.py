@@ -37,6 +37,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,6 @@ pytestmark = pytest.mark.timeout(1200)  # Gym 0.7 processes start slowly on a lo
 class Collection:
     rollouts: dict[str, list[dict[str, Any]]]  # "bridge" / "native" -> rollouts in case order
     global_config: dict[str, Any]
-    model_paths: list[str]  # the stub model's request paths
 
 
 @dataclass
@@ -69,6 +69,7 @@ class Collected:
     plain: Collection
     observed: Collection  # observability_enabled: true
     audit: list[dict[str, Any]]  # the bridge's audit log, both collections
+    model_paths: list[str]  # the stub model's request paths, both collections
 
 
 def shipped_rows(gym07_python: Path) -> list[dict[str, Any]]:
@@ -134,9 +135,8 @@ def collected(
         "native": {"env": ENV, "host": native.host, "port": native.port},
     }
 
-    def collection(stub: StubGymModelServer, observability: bool) -> Collection:
-        work = tmp_path_factory.mktemp("gym07-collect-observed" if observability else "gym07-collect")
-        plan: dict[str, Any] = {
+    def servers_plan(stub: StubGymModelServer, observability: bool, work: Path) -> dict[str, Any]:
+        return {
             "head": {"host": "127.0.0.1", "port": free_port()},
             "model": {"host": stub.host, "port": stub.port},
             "observability": observability,
@@ -147,8 +147,10 @@ def collected(
             },
             "ready_file": str(work / "gym-servers.json"),
         }
-        first = len(stub.paths)
-        with gym_servers(gym07_python, SERVERS, plan, work / "gym-servers.log", 300) as global_config:
+
+    def collection(plan: dict[str, Any]) -> Collection:
+        work = Path(plan["ready_file"]).parent
+        with gym_servers(gym07_python, SERVERS, plan, work / "gym-servers.log", 600) as global_config:
             rows_in = [
                 {**tagged(rows[index], tag), "agent_ref": {"name": f"{where}_agent"}}
                 for where in WHERE
@@ -156,16 +158,22 @@ def collected(
             ]
             out = collect(gym07_python, rows_in, plan["head"], work)
         split = {where: out[i * len(cases) : (i + 1) * len(cases)] for i, where in enumerate(WHERE)}
-        return Collection(split, global_config, stub.paths[first:])
+        return Collection(split, global_config)
 
     with StubGymModelServer() as stub:
         for index, tag, plan in cases:
             stub.add(tagged(rows[index], tag)["responses_create_params"], plan)
-        plain = collection(stub, observability=False)
-        observed = collection(stub, observability=True)
+        plans = [
+            servers_plan(stub, observability, tmp_path_factory.mktemp(name))
+            for observability, name in ((False, "gym07-collect"), (True, "gym07-collect-observed"))
+        ]
+        # the two collections side by side (two cores), each with its own Gym servers and config
+        with ThreadPoolExecutor(2) as pool:
+            plain, observed = pool.map(collection, plans)
         assert stub.unknown == [], stub.unknown
+        model_paths = list(stub.paths)
     audit = [json.loads(line) for line in audit_log.read_text().splitlines() if line.strip()]
-    return Collected(cases, plain, observed, audit)
+    return Collected(cases, plain, observed, audit, model_paths)
 
 
 def rewards(collection: Collection, where: str) -> list[float]:
@@ -212,9 +220,11 @@ def test_observability_rollout_ids_reach_the_bridge(collected: Collected) -> Non
     with_id = [line for line in collected.audit if "rollout_id" in line]
     assert sorted(line["rollout_id"] for line in with_id) == sorted(ids * 2)  # both calls of each
     assert len(collected.audit) - len(with_id) == 2 * len(collected.cases)  # the plain collection's
-    # Gym's client prefixed the model calls too (the stub records them); without observability, none
-    assert {p.split("/")[2] for p in collected.observed.model_paths} >= set(ids)
-    assert not any("/ng-rollout/" in p for p in collected.plain.model_paths)
+    # Gym's client prefixed the model calls too (the stub records them), and only with observability:
+    # 3 model calls a rollout (two tool calls, the final text) in each collection
+    prefixed = [p for p in collected.model_paths if p.startswith("POST /ng-rollout/")]
+    assert {p.split("/")[2] for p in prefixed} >= set(ids)
+    assert len(prefixed) == len(collected.model_paths) - len(prefixed) == 3 * 2 * len(collected.cases)
 
 
 def tool_outputs(rollout: dict[str, Any]) -> list[str]:
