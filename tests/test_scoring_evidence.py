@@ -15,6 +15,7 @@ server, sessions seeded and tools called over MCP with the SDK client, then ``/v
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, gym_data, mcp_client
+from tests.conftest import HEADER, BridgeProcess, counter_row, gym_data, mcp_client
 from tests.fixtures.helpers import fault_env
 from tests.interop.stubs.common import ground_truth_solution, native_reward, upstream_url
 
@@ -199,6 +200,7 @@ async def test_provenance_confirms_refutes_and_is_proven_only_by_this_sessions_c
     assert confirmed["_bridge"]["mcp_tool_call_provenance"] == {
         "given": len(solution),
         "confirmed": len(solution),
+        "forwarded": True,  # nemo-gym 0.4.0's flat verify model ignores extra keys: it takes the field
     }
 
     # another server's calls under the session's bare tool names: never scored as ours
@@ -274,3 +276,163 @@ async def test_claude_codes_tool_search_is_a_harness_tool_not_an_unresolved_name
     assert verdict["reward"] == 1.0
     assert verdict["_bridge"]["harness_tools"] == [{"name": "ToolSearch", "clients": ["claude-code"]}]
     assert verdict["_bridge"]["unresolved"] == []
+
+
+# --------------------------------------------------------------------------------------------
+# Item 6 on Gym 0.7's typed verify: a real nemo-gym 0.7.0 server whose /verify takes
+# ResourcesVerifyRequest (tests/fixtures/gym07/typed_counter.py), the bridge managing it
+# --------------------------------------------------------------------------------------------
+
+GYM07_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gym07"
+INCREMENT = ("increment_counter", {"count": 2})
+
+
+@pytest.fixture(scope="module")
+def typed07_bridge(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
+    path = os.pathsep.join(p for p in (str(GYM07_FIXTURES), os.environ.get("PYTHONPATH", "")) if p)
+    args = ["--gym-python", str(gym07_python), "--resources-server", "typed_counter:TypedCounterServer"]
+    bridge = BridgeProcess(args=args, env={"PYTHONPATH": path}).start(log_dir, timeout=300)
+    yield bridge
+    bridge.stop()
+
+
+def typed_body(
+    output: list[dict[str, Any]], claims: dict[str, Any] | None, at_top: bool = False
+) -> dict[str, Any]:
+    """Gym 0.7's typed verify body for the counter row (3 + 2 = 5), ``claims`` beside the response
+    (or at the typed body's top)."""
+    inner: dict[str, Any] = {"response": gym_response(output), "expected_count": 5}
+    body: dict[str, Any] = {
+        "episode_id": {"rollout_id": "r1"},
+        "task_id": {"taskset": "counter", "task_id": "t1"},
+        "verification_input": inner,
+    }
+    if claims is not None:
+        (body if at_top else inner)["mcp_tool_call_provenance"] = claims
+    return body
+
+
+def typed_verify(
+    bridge: BridgeProcess, token: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The upstream's typed answer and the bridge's report (typed answers carry it in the header only)."""
+    answer = httpx.post(f"{bridge.url}/verify", json=body, headers={HEADER: token}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert "_bridge" not in answer.json()
+    return dict(answer.json()), json.loads(answer.headers["x-gym-mcp-bridge"])
+
+
+def identity(server: str, tool: str) -> dict[str, str]:
+    return {"server_name": server, "tool_name": tool}
+
+
+async def test_provenance_in_a_typed_verification_input_credits_only_this_sessions_served_call(
+    typed07_bridge: BridgeProcess,
+) -> None:
+    served = await seed_and_call(typed07_bridge, counter_row(3, 5), [INCREMENT])
+    neighbour = await seed_and_call(typed07_bridge, counter_row(4, 5), [("increment_counter", {"count": 1})])
+    server = served["server_name"]
+    # a name no client rule explains; only the structured record says which tool it was
+    output = [call("c1", "counter.increment", INCREMENT[1])]
+    body = typed_body(output, {"c1": identity(server, "increment_counter")})
+
+    answer, report = typed_verify(typed07_bridge, served["headers"][HEADER], body)
+    assert answer == {"reward": 1.0, "provenance_seen": {"c1": identity(server, "increment_counter")}}
+    assert report["mcp_tool_call_provenance"] == {"given": 1, "confirmed": 1, "forwarded": True}
+    assert report["normalized"] == {"counter.increment": "increment_counter"}
+
+    # the neighbour served increment_counter too (4 + 1: its counter is 5 as well), with other
+    # arguments: so only the claim could score it; uncredited, the upstream is told of no MCP call
+    answer, report = typed_verify(typed07_bridge, neighbour["headers"][HEADER], body)
+    assert answer == {"reward": 0.0, "provenance_seen": {}}
+    assert report["mcp_tool_call_provenance"] == {"given": 1, "confirmed": 0, "forwarded": True}
+    assert report["unresolved"] == [
+        {
+            "name": "counter.increment",
+            "reason": f"provenance names {server}/increment_counter: no call the session served proves it",
+        }
+    ]
+    # and the first session's reward is what it was
+    assert typed_verify(typed07_bridge, served["headers"][HEADER], body)[0]["reward"] == 1.0
+
+
+async def test_a_contradicting_or_foreign_claim_never_credits_even_a_served_call(
+    typed07_bridge: BridgeProcess,
+) -> None:
+    served = await seed_and_call(typed07_bridge, counter_row(3, 5), [INCREMENT])
+    token, server = served["headers"][HEADER], served["server_name"]
+    output = [call("c1", "increment_counter", INCREMENT[1])]
+    plain, _ = typed_verify(typed07_bridge, token, typed_body(output, None))
+    assert plain == {"reward": 1.0, "provenance_seen": None}  # the control: the name alone scores
+
+    for claim, reason in [
+        (
+            identity(server, "get_counter_value"),
+            f"provenance names {server}/get_counter_value, the name resolves to increment_counter",
+        ),
+        (identity("filesystem", "increment_counter"), None),  # proven by this session's own call
+        (
+            identity(server, "reset_everything"),
+            f"provenance names {server}/reset_everything: no tool of this session",
+        ),
+    ]:
+        answer, report = typed_verify(typed07_bridge, token, typed_body(output, {"c1": claim}))
+        if reason is None:
+            assert answer["reward"] == 1.0 and report["proven_aliases"] == ["filesystem"]
+            continue
+        assert answer == {"reward": 0.0, "provenance_seen": {}}
+        assert report["unresolved"] == [{"name": "increment_counter", "reason": reason}]
+
+
+async def test_where_gym_07_refuses_the_field_the_bridge_strips_it(typed07_bridge: BridgeProcess) -> None:
+    served = await seed_and_call(typed07_bridge, counter_row(3, 5), [INCREMENT])
+    claims = {"c1": identity(served["server_name"], "increment_counter")}
+    body = typed_body([call("c1", "counter.increment", INCREMENT[1])], claims, at_top=True)
+
+    # the 0.7.0 server itself refuses the key at the top of a typed body
+    upstream = httpx.get(f"{typed07_bridge.url}/healthz", timeout=10).json()["upstream"]["url"]
+    direct = httpx.post(f"{upstream}/verify", json=body, timeout=60)
+    assert direct.status_code == 422
+    assert [(e["type"], e["loc"]) for e in direct.json()["detail"]] == [
+        ("extra_forbidden", ["body", "mcp_tool_call_provenance"])
+    ]
+
+    answer, report = typed_verify(typed07_bridge, served["headers"][HEADER], body)
+    assert answer == {"reward": 1.0, "provenance_seen": None}
+    assert report["mcp_tool_call_provenance"] == {"given": 1, "confirmed": 1, "forwarded": False}
+
+
+async def test_worst_provenance_values_are_refused_or_bounded_and_leave_a_neighbour_alone(
+    typed07_bridge: BridgeProcess,
+) -> None:
+    served = await seed_and_call(typed07_bridge, counter_row(3, 5), [INCREMENT])
+    idle = await seed_and_call(typed07_bridge, counter_row(5, 5), [])
+    output = [call("c1", "counter.increment", INCREMENT[1])]
+    good = {"c1": identity(served["server_name"], "increment_counter")}
+
+    for claims, at_top_too in [
+        ([], False),
+        ({"c1": {"server_name": " ", "tool_name": "x"}}, False),
+        (good, True),
+    ]:
+        body = typed_body(output, claims)
+        if at_top_too:
+            body["mcp_tool_call_provenance"] = good
+        refused = httpx.post(
+            f"{typed07_bridge.url}/verify", json=body, headers={HEADER: idle["headers"][HEADER]}
+        )
+        assert refused.status_code == 400 and "\n" not in refused.json()["detail"], refused.text
+        assert "mcp_tool_call_provenance" in refused.json()["detail"]
+
+    # huge: thousands of claims for calls that are not in the response, a 100,000-character server
+    # name, every session tool named; the idle session (counter already 5) must still score 0.0
+    many = {f"other_{i}": identity("x" * 40, "increment_counter") for i in range(5000)}
+    many["c1"] = identity("s" * 100_000, "increment_counter")
+    answer, report = typed_verify(typed07_bridge, idle["headers"][HEADER], typed_body(output, many))
+    assert answer == {"reward": 0.0, "provenance_seen": {}}
+    assert report["truncated"] is True and report["unresolved"] == 1  # the header past 4 KiB: counts
+    assert report["mcp_tool_call_provenance"] == {"given": 5001, "confirmed": 0, "forwarded": True}
+    # the neighbour that served the call still scores it
+    assert (
+        typed_verify(typed07_bridge, served["headers"][HEADER], typed_body(output, good))[0]["reward"] == 1.0
+    )

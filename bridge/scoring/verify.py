@@ -444,4 +444,6 @@ def report_header(report: Mapping[str, Any]) -> str:
         "agent_never_ran": report.get("agent_never_ran"),
         "truncated": True,
     }
+    if PROVENANCE_KEY in report:  # counts already
+        counts[PROVENANCE_KEY] = report[PROVENANCE_KEY]
     return json.dumps(counts, separators=(",", ":"))
