@@ -19,21 +19,20 @@ The head server is Gym's ``HeadServer`` (it serves ``/global_config_dict_yaml``,
 ``ng_collect_rollouts`` finds the agents). Each agent is nemo-gym's own
 ``responses_api_agents.simple_agent.app.SimpleAgent``, constructed and set up as its
 ``run_webserver()`` does, except that no Ray cluster is started (``initialize_ray``: simple_agent
-does not use Ray) and uvicorn is started here, all servers on one event loop (Gym's aiohttp client
-is one per process). When every server answers, ``ready_file`` receives the global config as JSON.
+does not use Ray) and uvicorn is started here (``gym_serve.py``), all servers on one event loop
+(Gym's aiohttp client is one per process). When every server answers, ``ready_file`` receives the global config as JSON.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
 plan = json.loads(sys.argv[1])
 
+from gym_serve import serve_all  # noqa: E402
 from nemo_gym.global_config import GlobalConfigDictParser, GlobalConfigDictParserConfig  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -82,19 +81,9 @@ global_config = GlobalConfigDictParser().parse(
 )
 os.environ["NEMO_GYM_CONFIG_DICT"] = OmegaConf.to_yaml(global_config)
 
-import uvicorn  # noqa: E402
 from nemo_gym.config_types import BaseServerConfig  # noqa: E402
 from nemo_gym.server_utils import HeadServer, ServerClient  # noqa: E402
 from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentConfig  # noqa: E402
-
-
-def bound(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(256)
-    return sock
-
 
 head_config = BaseServerConfig.model_validate(OmegaConf.to_container(global_config["head_server"]))
 apps = [(HeadServer(config=head_config).setup_webserver(), head_config.host, head_config.port)]
@@ -111,26 +100,9 @@ for agent in plan["agents"]:
     apps.append((app, config.host, config.port))
 
 
-async def serve() -> None:
-    servers = [
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-        for app, _, _ in apps
-    ]
-    tasks = [
-        asyncio.create_task(server.serve(sockets=[bound(host, port)]))
-        for server, (_, host, port) in zip(servers, apps, strict=True)
-    ]
-    while not all(server.started for server in servers):
-        if any(task.done() for task in tasks):
-            raise SystemExit(f"a server failed to start: {[t.exception() for t in tasks if t.done()]}")
-        await asyncio.sleep(0.05)
-    ready = Path(plan["ready_file"])
-    ready.with_suffix(".tmp").write_text(json.dumps(OmegaConf.to_container(global_config)))
-    ready.with_suffix(".tmp").replace(ready)
-    print(
-        f"gym_collect_servers: head and {len(apps) - 1} simple_agent servers up", file=sys.stderr, flush=True
-    )
-    await asyncio.gather(*tasks)
-
-
-asyncio.run(serve())
+serve_all(
+    apps,
+    Path(plan["ready_file"]),
+    OmegaConf.to_container(global_config),
+    f"gym_collect_servers: head and {len(apps) - 1} simple_agent servers up",
+)
