@@ -313,6 +313,16 @@ def start_fastmcp(workdir: Path, upstream_url: str, timeout: float = 120) -> Pro
 # -- side environments (built by the benchmark itself, cached under .cache/bench) -------------------
 
 
+def gym_version(python: Path) -> str:
+    """The nemo-gym version installed for ``python`` ("" when it has none)."""
+    return subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('nemo-gym'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
 def _find_python(minor: str) -> str | None:
     try:
         out = subprocess.run(

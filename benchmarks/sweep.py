@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks import procs
 from benchmarks.procs import free_port
 from bridge.commands import replay
 
@@ -403,12 +404,7 @@ def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
     with contextlib.suppress(OSError, ValueError, IndexError):
         kib = int(Path("/proc/meminfo").read_text().split()[1])
         memory = f", {kib / 1024 / 1024:.0f} GB RAM"
-    gym_version = subprocess.run(
-        [str(GYM_PYTHON), "-c", "import importlib.metadata as m; print(m.version('nemo-gym'))"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    gym_version = procs.gym_version(GYM_PYTHON)
     lines = [
         "# Compatibility: every bundled Gym environment behind the bridge",
         "",

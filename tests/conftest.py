@@ -202,6 +202,25 @@ def gym_servers(
                 proc.wait()
 
 
+def boot_upstream(
+    python: Path,
+    server: str,
+    port_file: Path,
+    log: Path,
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+) -> subprocess.Popen[bytes]:
+    """A Gym resources server started on its own with the bridge's boot script under ``python``, in
+    its own process group (``wait_for_upstream`` gives its URL once it serves)."""
+    return subprocess.Popen(
+        [str(python), str(BOOT), "--server", server, "--host", host, "--port-file", str(port_file)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
 def wait_for_upstream(proc: subprocess.Popen[bytes], port_file: Path, log: Path, deadline: float) -> str:
     """The URL of an upstream started with the boot script, once it serves (``procs.wait_for_boot``)."""
     return wait_for_boot(proc, port_file, log, deadline - time.monotonic()).url
@@ -222,14 +241,9 @@ def gym_upstream(tmp_path: Path) -> Iterator[Any]:
 
     def start(server: str = "example_session_state_mgmt", host: str = "127.0.0.1") -> UpstreamProcess:
         port_file = tmp_path / f"port-{len(started)}.json"
-        proc = subprocess.Popen(
-            [str(GYM_PYTHON), str(BOOT), "--server", server, "--host", host, "--port-file", str(port_file)],
-            stdout=(tmp_path / f"upstream-{len(started)}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        log = tmp_path / f"upstream-{len(started)}.log"
+        proc = boot_upstream(GYM_PYTHON, server, port_file, log, host=host)
         started.append(proc)
-        log = tmp_path / f"upstream-{len(started) - 1}.log"
         url = wait_for_upstream(proc, port_file, log, time.monotonic() + 120)
         return UpstreamProcess(proc=proc, url=url, pid=proc.pid)
 

@@ -44,10 +44,10 @@ from bridge.commands.replay import ground_truth_response
 from bridge.http.forwarding import MARKER
 from bridge.scoring.trajectory import function_calls
 from tests.conftest import (
-    BOOT,
     GYM_PYTHON,
     HEADER,
     BridgeProcess,
+    boot_upstream,
     counter_row,
     free_port,
     gym_data,
@@ -106,22 +106,7 @@ def start_upstreams(spec: str, count: int, workdir: Path, env: dict[str, str]) -
     for i in range(count):
         port_file = workdir / f"upstream-{i}.json"
         log = workdir / f"upstream-{i}.log"
-        proc = subprocess.Popen(
-            [
-                str(GYM_PYTHON),
-                str(BOOT),
-                "--server",
-                spec,
-                "--host",
-                "127.0.0.1",
-                "--port-file",
-                str(port_file),
-            ],
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
+        proc = boot_upstream(GYM_PYTHON, spec, port_file, log, {**os.environ, **env})
         started.append((proc, port_file, log))
     out = []
     deadline = time.monotonic() + 240

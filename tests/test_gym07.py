@@ -29,10 +29,10 @@ import pytest
 
 from benchmarks import procs
 from tests.conftest import (
-    BOOT,
     HEADER,
     ROOT,
     BridgeProcess,
+    boot_upstream,
     counter_row,
     wait_for_upstream,
 )
@@ -87,22 +87,7 @@ def gym07_server(gym07_python: Path, tmp_path_factory: pytest.TempPathFactory) -
     """The Gym 0.7.0 server the bridge is compared with, started on its own (boot script)."""
     workdir = tmp_path_factory.mktemp("gym07-direct")
     port_file, log = workdir / "port.json", workdir / "upstream.log"
-    proc = subprocess.Popen(
-        [
-            str(gym07_python),
-            str(BOOT),
-            "--server",
-            ECHO,
-            "--host",
-            "127.0.0.1",
-            "--port-file",
-            str(port_file),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=gym_env(),
-        start_new_session=True,
-    )
+    proc = boot_upstream(gym07_python, ECHO, port_file, log, gym_env())
     try:
         yield wait_for_upstream(proc, port_file, log, time.monotonic() + 300)
     finally:
@@ -178,13 +163,7 @@ def without(body: Any, *keys: str) -> Any:
 def test_the_07_env_is_the_builders_and_reports_its_version(gym07_python: Path) -> None:
     stamp = (procs.GYM07_ENV / ".gym-env-stamp").read_text().split()
     assert stamp[0] == "0.7.0"
-    version = subprocess.run(
-        [str(gym07_python), "-c", "import importlib.metadata as m; print(m.version('nemo-gym'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert version == "0.7.0"
+    assert procs.gym_version(gym07_python) == "0.7.0"
     started = time.monotonic()  # a second build with the same stamp is a no-op
     env = {**os.environ, "NEMO_GYM_VERSION": "0.7.0", "UV": procs._uv()}
     subprocess.run([str(ROOT / "scripts" / "setup-gym-env.sh"), str(procs.GYM07_ENV)], env=env, check=True)
