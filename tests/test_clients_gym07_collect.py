@@ -17,16 +17,17 @@ short: 0.0): the rewards Gym writes must be equal row by row, with the bridged c
 audit log. Then the same collection with ``observability_enabled: true`` in the Gym config: every
 request Gym's client sends to a resources server goes under ``/ng-rollout/<rollout id>/``; the ids
 (``<task index>-<rollout index>``, Gym's own) must reach the bridge's audit log and the provenance it
-returns, and the rewards must still match.
+returns, and the rewards must still match. The two collections run side by side, each with its own
+Gym servers process and config, against the one bridge.
 
 Why the environment servers (the "hang" of the previous session): nemo-gym 0.7.0's collection posts a
 row to its agent's *environment server*, never to the agent itself
-(``nemo_gym/rollout_collection.py``, ``_run_examples_with_metadata``: ``server_for_agent[...]`` from
-``_environment_server_for_agent``); a config without one gets a generated ``legacy_agent`` relay
-named ``<agent>_environment_server``. Servers started without that relay leave the collection
-retrying a refused connection every 0.5 s for ever (``nemo_gym/server_utils.py``
-``_request_with_retries``, the ``ClientOSError`` branch, no cap by default), printing one line per
-100 failures. Measured with py-spy (idle in ``EpollSelector.select``) and strace (``connect`` to the
+(nemo-gym 0.7.0 ``nemo_gym/rollout_collection.py:3383-3402``, ``_run_examples_with_metadata``:
+``server_for_agent[...]`` from ``_environment_server_for_agent``, posted at :3427); a config without
+one gets a generated ``legacy_agent`` relay named ``<agent>_environment_server``
+(``global_config.py:1132``). Servers started without that relay leave the collection retrying a
+refused connection every 0.5 s for ever (``server_utils.py:615-629``, ``_request_with_retries``, the
+``ClientOSError`` branch, no cap by default), printing one line per 100 failures (:435). Measured with py-spy (idle in ``EpollSelector.select``) and strace (``connect`` to the
 relay's port twice a second). Not a Gym bug one cannot configure around: the relay is part of the
 user's config (``gym env start`` starts it).
 """

@@ -21,9 +21,10 @@ relay every 0.5 s for ever (``nemo_gym/server_utils.py`` ``_request_with_retries
 ``ClientOSError`` branch: no retry cap unless ``_max_connection_retries``) and prints one line per
 100 failures: the "idle" collection of the previous session.
 
-The global config is built as Gym's runner builds it (``GlobalConfigDictParser().parse``), each
-block the folder's own shipped ``configs/<folder>.yaml`` with host, port and the names of the
-servers it talks to laid over it. Each server's config is read from it as ``run_webserver()`` reads
+The global config is built as Gym's runner builds it (``GlobalConfigDictParser().parse``): each
+agent block is ``simple_agent``'s own shipped ``configs/simple_agent.yaml`` with host, port and the
+names of the servers it talks to laid over it; each relay is the block Gym's parser generates for
+an agent without one (``legacy_environment_server_block``) with its host and port. Each server's config is read from it as ``run_webserver()`` reads
 it (``get_first_server_config_dict``), and the app is set up as ``run_webserver()`` sets it up
 (routes, liveness, exception and cancellation middleware, validation handler). What is left out,
 and why: one process and one event loop for all servers instead of one process each (each Gym 0.7
@@ -32,15 +33,13 @@ process), telemetry, and Ray. ``legacy_agent`` declares no ``ray_enabled``, so `
 would start a Ray cluster for a relay that only forwards HTTP (``gym env start`` starts one for all
 servers); on this machine Ray 2.60's raylet died at startup under load ("Timed out waiting for
 file .../metrics_agent_port"). ``simple_agent`` declares ``ray_enabled = False``.
-When every server answers, ``ready_file`` receives the global config as JSON.
+When every server answers (``gym_serve.py``), ``ready_file`` receives the global config as JSON.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,15 +47,22 @@ from typing import Any
 plan = json.loads(sys.argv[1])
 
 import nemo_gym  # noqa: E402
+from gym_serve import serve_all  # noqa: E402
 from nemo_gym.global_config import (  # noqa: E402
     GlobalConfigDictParser,
     GlobalConfigDictParserConfig,
     get_first_server_config_dict,
+    legacy_environment_server_block,
+    legacy_environment_server_name,
 )
 from omegaconf import OmegaConf  # noqa: E402
 
 SITE = Path(nemo_gym.__file__).resolve().parent.parent
 MODEL = "policy_model"
+
+
+def relay_name(agent: str) -> str:
+    return legacy_environment_server_name(agent, "simple_agent")
 
 
 def shipped_block(kind: str, folder: str) -> dict[str, Any]:
@@ -66,10 +72,6 @@ def shipped_block(kind: str, folder: str) -> dict[str, Any]:
         if isinstance(top, dict) and folder in (top.get(kind) or {}):
             return dict(top[kind][folder])
     raise SystemExit(f"gym07_collect_servers: no {kind}.{folder} block in {path}")
-
-
-def relay_name(agent: str) -> str:
-    return f"{agent}_environment_server"  # the name Gym's parser would generate
 
 
 initial: dict[str, Any] = {
@@ -87,10 +89,10 @@ for agent, spec in plan["agents"].items():
     block["resources_server"] = {"type": "resources_servers", "name": spec["resources"]}
     block["model_server"] = {"type": "responses_api_models", "name": MODEL}
     initial[agent] = {"responses_api_agents": {"simple_agent": block}}
-    relay = shipped_block("environment_servers", "legacy_agent")
-    relay.update(host="127.0.0.1", port=spec["relay_port"])
-    relay["agent_server"] = {"type": "responses_api_agents", "name": agent}
-    initial[relay_name(agent)] = {"environment_servers": {"legacy_agent": relay}}
+    # the relay Gym's parser would generate (and its deprecation warning asks users to declare)
+    relay = legacy_environment_server_block(agent)
+    relay["environment_servers"]["legacy_agent"].update(host="127.0.0.1", port=spec["relay_port"])
+    initial[relay_name(agent)] = relay
 
 global_config = GlobalConfigDictParser().parse(
     GlobalConfigDictParserConfig(
@@ -101,7 +103,6 @@ global_config = GlobalConfigDictParser().parse(
 )
 os.environ["NEMO_GYM_CONFIG_DICT"] = OmegaConf.to_yaml(global_config)  # what the head server serves
 
-import uvicorn  # noqa: E402
 from environment_servers.legacy_agent.app import LegacyAgentEnvironmentServer  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from fastapi.exceptions import RequestValidationError  # noqa: E402
@@ -136,32 +137,9 @@ for agent in plan["agents"]:
     apps.append(served(LegacyAgentEnvironmentServer, relay_name(agent)))
 
 
-def bound(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(256)
-    return sock
-
-
-async def serve() -> None:
-    servers = [
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-        for app, _, _ in apps
-    ]
-    tasks = [
-        asyncio.create_task(server.serve(sockets=[bound(host, port)]))
-        for server, (_, host, port) in zip(servers, apps, strict=True)
-    ]
-    while not all(server.started for server in servers):
-        if any(task.done() for task in tasks):
-            raise SystemExit(f"a server failed to start: {[t.exception() for t in tasks if t.done()]}")
-        await asyncio.sleep(0.05)
-    ready = Path(plan["ready_file"])
-    ready.with_suffix(".tmp").write_text(json.dumps(OmegaConf.to_container(global_config)))
-    ready.with_suffix(".tmp").replace(ready)
-    print(f"gym07_collect_servers: head and {len(apps) - 1} servers up", file=sys.stderr, flush=True)
-    await asyncio.gather(*tasks)
-
-
-asyncio.run(serve())
+serve_all(
+    apps,
+    Path(plan["ready_file"]),
+    OmegaConf.to_container(global_config),
+    f"gym07_collect_servers: head and {len(apps) - 1} servers up",
+)
