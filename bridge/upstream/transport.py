@@ -177,12 +177,13 @@ class _Exchange(asyncio.Protocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
 
-    async def exchange(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def exchange(
+        self, request: bytes, timeout: float, loop: asyncio.AbstractEventLoop
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds."""
         if self.closed or self.transport is None or self.in_flight:
             raise ConnectionError(f"{self.peer} closed the connection")
         self._reset()
-        loop = asyncio.get_running_loop()
         waiter = self.waiter = loop.create_future()
         timer = loop.call_later(timeout, self._fail, TimeoutError())
         try:
@@ -278,7 +279,7 @@ class KeepAlivePool:
         for name, value in headers.items():
             head += (b"\r\n", name.encode("latin-1"), b": ", value.encode("latin-1"))
         head += (
-            b"\r\naccept: */*\r\nuser-agent: gym-mcp-bridge\r\ncontent-length: ",
+            b"\r\nuser-agent: gym-mcp-bridge\r\ncontent-length: ",
             str(len(body)).encode(),
         )
         head.append(b"\r\n\r\n")
@@ -303,7 +304,7 @@ class KeepAlivePool:
         try:
             conn = self._take() or await self._connect(deadline - loop.time())
             try:
-                status, raw_headers, content = await conn.exchange(request, deadline - loop.time())
+                status, raw_headers, content = await conn.exchange(request, deadline - loop.time(), loop)
             except BaseException:
                 conn.close()  # timed out, cancelled or broken mid-exchange: never reuse it
                 raise
