@@ -6,6 +6,7 @@ usage: gym07_agents.py '<JSON plan>'
 
     {"head": {"host": str, "port": int},
      "resources": {"<instance>": {"env": str, "host": str, "port": int, "serve": bool}},
+     "models": {"<instance>": {"host": str, "port": int}},   # optional: model servers (addresses)
      "agents": {"<instance>": {"agent": "<responses_api_agents folder>", "resources": "<instance>",
                                "port": int, "config": {...}}},
      "path": [str, ...],          # prepended to PATH: the pinned CLIs' bin folders
@@ -16,7 +17,10 @@ agent's block is the agent's own shipped ``configs/<agent>.yaml`` with the test'
 it (host, port, ``resources_server.name``, the stub model's URL, the CLI version); a resources
 instance with ``serve: false`` is only an address (the bridge); with ``serve: true`` it is the
 environment's own shipped ``resources_servers`` block with ``expose_tools_over_mcp: true`` (Gym
-0.7.0's in-process MCP exposure) and is started here too.
+0.7.0's in-process MCP exposure) and is started here too. A ``models`` instance is only an address
+too: a ``responses_api_models`` entry the agents that name it in their shipped ``model_server``
+(``policy_model`` for kilocode_agent and cline_agent) resolve their model URL from (a stub model
+server the test runs), never started here.
 
 Then, as ``nemo_gym.cli.env`` does after resolving the config: the head server runs in this process
 (``HeadServer.run_webserver()``), and every server is its own process, ``python app.py`` in its
@@ -70,6 +74,10 @@ for instance, spec in plan["resources"].items():
     if spec.get("serve"):
         block = {**shipped_block("resources_servers", spec["env"]), **block, "expose_tools_over_mcp": True}
     initial[instance] = {"resources_servers": {spec["env"]: block}}
+for instance, spec in (plan.get("models") or {}).items():
+    external.add(instance)
+    block = {"entrypoint": "app.py", "host": spec["host"], "port": spec["port"]}
+    initial[instance] = {"responses_api_models": {"stub_model": block}}
 for instance, spec in plan["agents"].items():
     block = shipped_block("responses_api_agents", spec["agent"])
     block.update(spec.get("config") or {})
