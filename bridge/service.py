@@ -23,14 +23,14 @@ from urllib.parse import urlsplit
 import orjson
 from opentelemetry.trace import SpanKind
 
-from bridge import outcomes, tracing
+from bridge import discovery, outcomes, tracing
 from bridge import tools as tools_mod
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
 from bridge.metrics import Metrics
 from bridge.outcomes import ToolOutcome, VerifyOutcome
 from bridge.peers import Peers, default_peers
-from bridge.scoring import call_provenance, provenance, trajectory
+from bridge.scoring import provenance, trajectory
 from bridge.scoring import verify as verify_mod
 from bridge.sessions import (
     Session,
@@ -138,46 +138,12 @@ class Bridge:
         return self._peers
 
     async def load_tools(self) -> None:
-        spec = await self.upstream.get_json("/openapi.json")
-        openapi, catch_all, skipped = tools_mod.from_openapi(spec)
-        for problem in skipped:
-            log.warning("upstream route skipped, not served as a tool: %s", problem)
-        self.upstream_routes = frozenset(p.strip("/") for p in spec.get("paths", {}))
-        self.provenance_places = call_provenance.accepted_places(spec)
-        self.rollout_prefix = await self._routes_rollout_prefix()
-        listed = await upstream_mcp.discover(self.upstream)  # Gym's MCPResourcesServer: tools on its /mcp
-        native, skipped_native = tools_mod.from_mcp_listing(listed)
-        for problem in skipped_native:
-            log.warning("upstream MCP tool skipped, not served: %s", problem)
-        if native:
-            self.mcp_native = frozenset(t.name for t in native)
-            openapi = tools_mod.ToolSet({**openapi.tools, **{t.name: t for t in native}})
-            log.info("upstream serves tools on its own MCP endpoint: %s", ", ".join(sorted(self.mcp_native)))
-        self.toolsets = ToolSets(openapi, catch_all, list(self.settings.tools_from))
-        bad = tools_mod.unsafe_names(openapi.names, self.upstream.server_name)
-        if bad:
-            log.warning(
-                "tool names some clients cannot accept (outside [A-Za-z0-9_-] or over 64 characters as "
-                "mcp__%s__<tool>): %s",
-                self.upstream.server_name,
-                ", ".join(bad),
-            )
-        log.info(
-            "tools from %s: %s%s",
-            self.upstream.url,
-            ", ".join(openapi.names) or "(none)",
-            " (catch-all dispatcher: tools come from each row)" if catch_all else "",
-        )
-
-    async def _routes_rollout_prefix(self) -> bool:
-        """Whether the upstream strips Gym's rollout prefix itself (nemo-gym >= 0.7's
-        ``RolloutContextMiddleware``): then requests of a rollout reach it under that prefix, so its
-        own calls (an LLM judge's model requests) keep the rollout's correlation."""
-        try:
-            await self.upstream.get_json("/ng-rollout/0/openapi.json")
-        except Exception:  # 404 from an older Gym, or anything else: send bare paths
-            return False
-        return True
+        offer = await discovery.discover(self.upstream, self.settings)
+        self.toolsets = offer.toolsets
+        self.upstream_routes = offer.routes
+        self.provenance_places = offer.provenance_places
+        self.mcp_native = offer.mcp_native
+        self.rollout_prefix = offer.rollout_prefix
 
     def _path(self, path: str, rollout: str | None) -> str:
         """``path`` under ``/ng-rollout/<rollout>`` when the upstream strips it (the id passed

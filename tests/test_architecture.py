@@ -28,6 +28,7 @@ SERVICE_LEVEL = frozenset(
     f"bridge.{name}"
     for name in (
         "service",
+        "discovery",
         "sessions",
         "tokens",
         "tools",
