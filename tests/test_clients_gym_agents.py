@@ -30,8 +30,8 @@ must score 0.0 both ways. (One agent server per CLI and resources server: every 
 process costs about 16 CPU-seconds to start, so the control does not get agents of its own; one
 head server and the two resources servers serve all agents.) Rows are collected one at a time so
 each stub serves one rollout at a time. ``openclaw_agent`` gets no control row: one OpenClaw run
-costs about 100 s here (``onboard`` and the agent's plugin start), and its solution run already
-calls no tool.
+costs 28-106 s here (``onboard``, then the agent's plugin start), the file is over its CI time
+share already, and its solution run already calls no tool.
 
 Not here: Gym 0.7's ``observability_enabled: true`` (every resources-server request under
 ``/ng-rollout/<id>/``) is checked with Gym 0.7's own ServerClient in tests/test_gym07.py; these
