@@ -199,9 +199,10 @@ def run_rows(
 ) -> list[tuple[dict[str, Any], dict[str, float]]]:
     """Each row posted to its agent server's ``/run``, one at a time: the request Gym's collection
     sends for a flat row (``nemo_gym/rollout_collection.py``: ``server_client.post(<agent_ref.name>,
-    "/run", row)``). ``ng_collect_rollouts`` itself is not run here: on this machine nemo-gym 0.7.0's
-    collection sat idle for over ten minutes without opening a connection to any agent (the same
-    rows answered from ``/run`` in seconds), which was not diagnosed in time; see docs/clients.md.
+    "/run", row)``, through the ``legacy_agent`` environment server Gym generates per agent, which
+    forwards the row to the agent's ``/run``). ``ng_collect_rollouts`` itself, relays included, runs
+    through the bridge in tests/test_clients_gym07_collect.py (with ``simple_agent``); here each harness
+    agent gets the same request without the relay, which would start a Ray cluster per agent.
     Beside each rollout: the tool calls the bridge served meanwhile, by transport (its /metrics)."""
     out = []
     for row in rows:

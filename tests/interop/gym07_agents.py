@@ -95,10 +95,10 @@ global_config = GlobalConfigDictParser().parse(
 config_yaml = OmegaConf.to_yaml(global_config)
 os.environ["NEMO_GYM_CONFIG_DICT"] = config_yaml
 # every instance with an entrypoint, as nemo_gym.cli.env walks them, except the external ones (the
-# bridge) and the legacy_agent environment servers Gym 0.7 generates per agent: ng_collect_rollouts
-# sends a flat row (agent_ref, no taskset) straight to its agent's /run (environment_routing_mode
-# "agent"), and each relay would start a Ray cluster of its own (legacy_agent declares no
-# ray_enabled), which times out on a loaded 2-core machine
+# bridge) and the legacy_agent environment servers Gym 0.7 generates per agent: the test posts each
+# row to the agent's /run itself (what such a relay forwards), and each relay would start a Ray
+# cluster of its own (legacy_agent declares no ray_enabled), which times out on a loaded 2-core
+# machine. ng_collect_rollouts reaches an agent only through its relay: tests/test_clients_gym07_collect.py
 served: dict[str, tuple[Path, str, int]] = {}
 for name, top in global_config.items():
     if name in external or not OmegaConf.is_dict(top):
