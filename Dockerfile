@@ -1,14 +1,17 @@
 # gym-mcp-bridge: the bridge and one NeMo Gym resources server (managed mode) in one image.
 #
-#   docker build -t gym-mcp-bridge .                       # nemo-gym 0.4.0
-#   docker build --build-arg NEMO_GYM_VERSION=0.4.0 -t gym-mcp-bridge .
+#   docker build -t gym-mcp-bridge .                       # nemo-gym 0.4.0 (Python 3.12)
+#   docker build --build-arg NEMO_GYM_VERSION=0.7.0 --build-arg GYM_PYTHON_IMAGE=python:3.13-slim \
+#     -t gym-mcp-bridge:gym-0.7.0 .                        # nemo-gym 0.7.0 (Python 3.13 upstream)
 #   docker run --rm -p 8000:8000 -e GYM_MCP_BRIDGE_SECRET_FILE=/run/secrets/bridge_secret \
 #     -v "$PWD/secrets/bridge_secret:/run/secrets/bridge_secret:ro" gym-mcp-bridge
 #
 # Stages: `uv` (uv from PyPI), `bridge-env` (the bridge's venv from uv.lock, no dev group),
-# `gym-env` (the Gym venv: nemo-gym + the resource-server import slice), final (non-root, no
-# compilers, both venvs). Each venv is built at the path it has in the final stage, so the
-# absolute paths uv writes into scripts and pyvenv.cfg stay valid.
+# `gym-env` (the Gym venv: nemo-gym + the resource-server import slice, on GYM_PYTHON_IMAGE's
+# Python), final (non-root, no compilers, both venvs, and the Gym venv's interpreter when it is not
+# the base's). Each venv is built at the path it has in the final stage, so the absolute paths uv
+# writes into scripts and pyvenv.cfg stay valid. Builds for two NEMO_GYM_VERSIONs share the `uv` and
+# `bridge-env` stages and the runtime's first layers through the build cache.
 # No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time, or
 # is generated on first start into GYM_MCP_BRIDGE_STATE_DIR (compose: a named volume).
 
@@ -16,6 +19,10 @@
 # `docker buildx imagetools inspect python:3.12-slim` when bumping). A mirror or a local stand-in:
 #   docker build --build-arg PYTHON_BASE=registry.internal/python:3.12-slim .
 ARG PYTHON_BASE=python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2c9adf565ae1ac9b536e184ea
+# The Gym environment's base: the same image for nemo-gym <= 0.4 (Python 3.12); nemo-gym 0.5 and
+# later need Python 3.13 (declared >= 3.13.14): GYM_PYTHON_IMAGE=python:3.13-slim (pin it by digest
+# the same way). The bridge keeps PYTHON_BASE's Python; the Gym venv's interpreter is copied beside it.
+ARG GYM_PYTHON_IMAGE=${PYTHON_BASE}
 
 FROM ${PYTHON_BASE} AS uv
 ARG UV_VERSION=0.13.9
@@ -41,21 +48,47 @@ RUN uv sync --frozen --no-dev --no-editable \
     && /opt/bridge/bin/gym-mcp-bridge --help >/dev/null
 
 # --- the Gym environment the upstream runs in ---------------------------------------------------
-FROM uv AS gym-env
+FROM ${GYM_PYTHON_IMAGE} AS gym-env
+COPY --from=uv /opt/uv /opt/uv
+ENV PATH=/opt/uv/bin:$PATH \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_LINK_MODE=copy \
+    UV_COMPILE_BYTECODE=1 \
+    UV_NO_CACHE=1
+COPY scripts/setup-gym-env.sh scripts/find-python.sh scripts/gym-requirements.txt \
+     scripts/gym-requirements-0.7.txt /opt/gym-setup/
 ARG NEMO_GYM_VERSION=0.4.0
-COPY scripts/setup-gym-env.sh scripts/find-python.sh scripts/gym-requirements.txt /opt/gym-setup/
-RUN NEMO_GYM_VERSION="${NEMO_GYM_VERSION}" /opt/gym-setup/setup-gym-env.sh /opt/gym-env /usr/local/bin/python3
+# setup-gym-env.sh picks the import slice for the release line and states how it handles the
+# interpreter (a 3.13 older than 3.13.14 is installed over, and says so). The venv is made on the
+# interpreter's real path, which the final stage keeps (python3 there is the bridge's).
+RUN python=$(readlink -f /usr/local/bin/python3) \
+    && { NEMO_GYM_VERSION="${NEMO_GYM_VERSION}" /opt/gym-setup/setup-gym-env.sh /opt/gym-env "$python" \
+         || { echo "nemo-gym ${NEMO_GYM_VERSION} on $python failed; nemo-gym 0.5 and later need" \
+              "--build-arg GYM_PYTHON_IMAGE=python:3.13-slim (docs/gym-versions.md)" >&2; exit 1; }; }
+COPY scripts/copy-python.sh /opt/gym-setup/
+ARG PYTHON_BASE
+ARG GYM_PYTHON_IMAGE
+# Never an empty folder: Docker's legacy builder fails the next COPY after one that adds nothing
+# ("failed to get layer ... layer does not exist"), so a one-line note of the interpreter goes in too.
+RUN if [ "${GYM_PYTHON_IMAGE}" != "${PYTHON_BASE}" ]; then \
+      /opt/gym-setup/copy-python.sh /opt/gym-env/bin/python /opt/gym-python; fi \
+    && mkdir -p /opt/gym-python/opt \
+    && /opt/gym-env/bin/python -c "import sys; print(sys.version.split()[0], sys._base_executable)" \
+       > /opt/gym-python/opt/gym-env-python.txt
 
 # --- runtime ------------------------------------------------------------------------------------
 FROM ${PYTHON_BASE}
-ARG NEMO_GYM_VERSION=0.4.0
 LABEL org.opencontainers.image.title="gym-mcp-bridge" \
       org.opencontainers.image.description="NeMo Gym resources server behind MCP (streamable HTTP) and Gym's HTTP contract" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      io.nemo-gym.version="${NEMO_GYM_VERSION}"
+      org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 gym \
     && useradd --system --uid 10001 --gid gym --home-dir /home/gym --create-home --shell /usr/sbin/nologin gym
+# The Gym venv's interpreter (nothing when it is the base's; ldconfig finds a /usr/local libpython),
+# then the venv, checked to import nemo-gym on the interpreter it was built on. Before the bridge, so
+# a change of the bridge's code copies its 71 MB again, not the Gym venv's 400-700 MB.
+COPY --from=gym-env /opt/gym-python/ /
 COPY --from=gym-env /opt/gym-env /opt/gym-env
+RUN ldconfig && /opt/gym-env/bin/python -c "import nemo_gym"
 COPY --from=bridge-env /opt/bridge /opt/bridge
 # A stable path for the upstream boot script, for the sidecar layout (Gym in its own container):
 #   /opt/gym-env/bin/python /opt/upstream_boot.py --server NAME --host 0.0.0.0 --port 9000
@@ -65,6 +98,8 @@ COPY examples/quickstart.py /opt/quickstart.py
 # Where compose's named volume keeps the keys generated on first start (GYM_MCP_BRIDGE_STATE_DIR):
 # a new named volume takes this directory's owner and mode, so only uid 10001 can read them.
 RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/gym-mcp-bridge
+ARG NEMO_GYM_VERSION=0.4.0
+LABEL io.nemo-gym.version="${NEMO_GYM_VERSION}"
 ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
