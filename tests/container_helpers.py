@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,16 +74,25 @@ def connect_engine() -> Engine:
             raise NoEngine(f"scripts/ci-containers.sh failed: {setup.stderr[-3000:]}") from exc
         timings["engine_setup_s"] = time.monotonic() - t0
         client = _ping()
-    t0 = time.monotonic()
-    base = subprocess.run([str(SCRIPTS / "make-base-image.sh")], capture_output=True, text=True)
-    if base.returncode != 0:
+    try:
+        timings["base_image_s"] = make_base_image("3.12")
+    except NoEngine:
         client.close()
-        raise NoEngine(f"the local base image cannot be made: {base.stderr[-2000:]}")
-    timings["base_image_s"] = time.monotonic() - t0
+        raise
     return Engine(client, timings)
 
 
+def make_base_image(minor: str) -> float:
+    """The local stand-in for python:<minor>-slim (scripts/make-base-image.sh, cached); its seconds."""
+    t0 = time.monotonic()
+    base = subprocess.run([str(SCRIPTS / "make-base-image.sh"), minor], capture_output=True, text=True)
+    if base.returncode != 0:
+        raise NoEngine(f"the local base image python:{minor}-slim cannot be made: {base.stderr[-2000:]}")
+    return time.monotonic() - t0
+
+
 TIMINGS: dict[str, float] = {}  # printed at the end of the session: docs/deployment.md's figures
+BUILD_LOGS: dict[str, str] = {}  # image tag -> the output of its build in this session
 
 
 def engine_session() -> Iterator[Engine]:
@@ -105,24 +115,27 @@ def engine_session() -> Iterator[Engine]:
             sys.stderr.write(f"\ncontainer test timings: {json.dumps(rounded)}\n")
 
 
-def image_session(engine: Engine) -> Iterator[str]:
-    """The ``docker_image`` fixture: the Dockerfile built once per session (layers cached by the
-    engine), kept under IMAGE_TAG for the next run (GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE=1 removes it)."""
+def image_session(
+    engine: Engine, tag: str = IMAGE_TAG, buildargs: dict[str, str] | None = None, name: str = "image"
+) -> Iterator[str]:
+    """The ``docker_image`` fixture (and tests/test_containers_gym07.py's, with its build arguments):
+    the Dockerfile built once per session (layers cached by the engine), kept under ``tag`` for the
+    next run (GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE=1 removes it). The build's output goes to BUILD_LOGS."""
     previous = None
     with contextlib.suppress(Exception):
-        previous = engine.client.images.get(IMAGE_TAG).id
-    TIMINGS["image_build_s"] = build_image(engine)
-    built = engine.client.images.get(IMAGE_TAG)
-    TIMINGS["image_size_mb"] = built.attrs["Size"] / 1e6
+        previous = engine.client.images.get(tag).id
+    TIMINGS[f"{name}_build_s"], BUILD_LOGS[tag] = build_image(engine, tag, buildargs)
+    built = engine.client.images.get(tag)
+    TIMINGS[f"{name}_size_mb"] = built.attrs["Size"] / 1e6
     if previous and previous != built.id:
         try:  # the old build's own layers; layers shared with the new build stay
             engine.client.images.remove(previous)
         except Exception as exc:
             sys.stderr.write(f"could not remove the previous test image {previous}: {exc}\n")
-    yield IMAGE_TAG
+    yield tag
     if os.environ.get("GYM_MCP_BRIDGE_TEST_REMOVE_IMAGE") == "1":
         with contextlib.suppress(Exception):
-            engine.client.images.remove(IMAGE_TAG, force=True)
+            engine.client.images.remove(tag, force=True)
 
 
 def compose_command() -> list[str]:
@@ -140,20 +153,110 @@ def compose_command() -> list[str]:
 PYTHON_BASE = os.environ.get("GYM_MCP_BRIDGE_TEST_PYTHON_BASE", "python:3.12-slim")
 
 
-def build_image(engine: Engine, tag: str = IMAGE_TAG) -> float:
-    """Builds the repository's Dockerfile through the Docker SDK; returns the seconds it took."""
+def build_image(
+    engine: Engine, tag: str = IMAGE_TAG, buildargs: dict[str, str] | None = None
+) -> tuple[float, str]:
+    """Builds the repository's Dockerfile through the Docker SDK (PYTHON_BASE = the local stand-in
+    unless told otherwise, then ``buildargs``); returns the seconds it took and the build's output."""
     t0 = time.monotonic()
     log: list[str] = []
-    buildargs = {"PYTHON_BASE": PYTHON_BASE} if PYTHON_BASE else {}
+    args = {"PYTHON_BASE": PYTHON_BASE} if PYTHON_BASE else {}
+    args.update(buildargs or {})
     for chunk in engine.client.api.build(
-        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host", buildargs=buildargs
+        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host", buildargs=args
     ):
         if "stream" in chunk:
             log.append(chunk["stream"])
         if "error" in chunk:
             raise AssertionError(f"image build failed: {chunk['error']}\n{''.join(log)[-6000:]}")
     engine.client.images.get(tag)  # raises if the tag is missing
-    return time.monotonic() - t0
+    return time.monotonic() - t0, "".join(log)
+
+
+class Running:
+    """A started container with a published port; removed on exit."""
+
+    def __init__(self, engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None):
+        self.engine = engine
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.marker = uuid.uuid4().hex
+        # Same port inside and out: /readyz checks, from inside the container, that the advertise
+        # URL reaches this bridge.
+        environment = {
+            "GYM_MCP_BRIDGE_PORT": str(self.port),
+            "GYM_MCP_BRIDGE_ADVERTISE_URL": self.base_url,
+            "CONTAINER_TEST_MARKER": self.marker,
+        }
+        volumes = {}
+        if secret is not None:
+            environment["GYM_MCP_BRIDGE_SECRET_FILE"] = "/run/secrets/bridge_secret"
+            volumes[str(secret)] = {"bind": "/run/secrets/bridge_secret", "mode": "ro"}
+        environment.update(env or {})
+        self.container = engine.client.containers.run(
+            image,
+            detach=True,
+            environment=environment,
+            volumes=volumes,
+            ports={f"{self.port}/tcp": ("127.0.0.1", self.port)},
+            labels={"gym-mcp-bridge.test": "1"},
+            read_only=True,
+            tmpfs={"/tmp": ""},
+            cap_drop=["ALL"],
+        )
+
+    def logs(self) -> str:
+        with contextlib.suppress(Exception):
+            return str(self.container.logs(stdout=True, stderr=True).decode(errors="replace"))[-8000:]
+        return ""
+
+    def status(self) -> str:
+        self.container.reload()
+        return str(self.container.status)
+
+    def wait_ready(self, timeout: float = 240.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(f"{self.base_url}/readyz", timeout=5)
+                if r.status_code == 200:
+                    return dict(httpx.get(f"{self.base_url}/healthz", timeout=5).json())
+                last = f"{r.status_code} {r.text[:500]}"
+            except httpx.HTTPError as exc:
+                last = f"{exc.__class__.__name__}: {exc}"
+            if self.status() in ("exited", "dead"):
+                raise AssertionError(f"container exited before it was ready:\n{self.logs()}")
+            time.sleep(0.5)
+        raise AssertionError(f"not ready within {timeout:.0f}s; last /readyz: {last}\n{self.logs()}")
+
+    def exec(self, *cmd: str) -> tuple[int, str]:
+        code, out = self.container.exec_run(list(cmd), demux=False)
+        return int(code), (out or b"").decode(errors="replace")
+
+    def remove(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True, v=True)
+
+
+@contextlib.contextmanager
+def running(
+    engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None
+) -> Iterator[Running]:
+    box = Running(engine, image, secret, env)
+    try:
+        yield box
+    finally:
+        box.remove()
+
+
+def key_file(folder: Path, name: str) -> Path:
+    """A random key in folder/name, readable by the container's non-root user (a bind mount)."""
+    path = folder / name
+    path.write_text(os.urandom(32).hex() + "\n")
+    path.chmod(0o644)
+    folder.chmod(0o755)
+    return path
 
 
 def free_port() -> int:

@@ -23,7 +23,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,13 @@ from container_helpers import (
     Engine,
     compose_command,
     free_port,
+    key_file,
     mcp_call,
     pids_with_env,
     responses_object,
     result_json,
     rollout,
+    running,
 )
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
@@ -61,20 +62,12 @@ def image(docker_image: str) -> str:
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:
-    path = tmp_path / "bridge_secret"
-    path.write_text(os.urandom(32).hex() + "\n")
-    path.chmod(0o644)  # readable by the container's non-root user
-    tmp_path.chmod(0o755)
-    return path
+    return key_file(tmp_path, "bridge_secret")
 
 
 @pytest.fixture
 def api_key(tmp_path: Path) -> Path:
-    path = tmp_path / "bridge_api_key"
-    path.write_text(os.urandom(32).hex() + "\n")
-    path.chmod(0o644)
-    tmp_path.chmod(0o755)
-    return path
+    return key_file(tmp_path, "bridge_api_key")
 
 
 def image_healthcheck(engine: Engine, image: str) -> dict[str, Any]:
@@ -82,83 +75,6 @@ def image_healthcheck(engine: Engine, image: str) -> dict[str, Any]:
     found = engine.client.images.get(image).attrs.get("Config", {}).get("Healthcheck")
     assert found, f"{image} has no HEALTHCHECK"
     return dict(found)
-
-
-class Running:
-    """A started container with a published port; removed on exit."""
-
-    def __init__(self, engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None):
-        self.engine = engine
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.marker = uuid.uuid4().hex
-        # Same port inside and out: /readyz checks, from inside the container, that the advertise
-        # URL reaches this bridge.
-        environment = {
-            "GYM_MCP_BRIDGE_PORT": str(self.port),
-            "GYM_MCP_BRIDGE_ADVERTISE_URL": self.base_url,
-            "CONTAINER_TEST_MARKER": self.marker,
-        }
-        volumes = {}
-        if secret is not None:
-            environment["GYM_MCP_BRIDGE_SECRET_FILE"] = "/run/secrets/bridge_secret"
-            volumes[str(secret)] = {"bind": "/run/secrets/bridge_secret", "mode": "ro"}
-        environment.update(env or {})
-        self.container = engine.client.containers.run(
-            image,
-            detach=True,
-            environment=environment,
-            volumes=volumes,
-            ports={f"{self.port}/tcp": ("127.0.0.1", self.port)},
-            labels={"gym-mcp-bridge.test": "1"},
-            read_only=True,
-            tmpfs={"/tmp": ""},
-            cap_drop=["ALL"],
-        )
-
-    def logs(self) -> str:
-        with contextlib.suppress(Exception):
-            return str(self.container.logs(stdout=True, stderr=True).decode(errors="replace"))[-8000:]
-        return ""
-
-    def status(self) -> str:
-        self.container.reload()
-        return str(self.container.status)
-
-    def wait_ready(self, timeout: float = 240.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        last = "no answer"
-        while time.monotonic() < deadline:
-            try:
-                r = httpx.get(f"{self.base_url}/readyz", timeout=5)
-                if r.status_code == 200:
-                    return dict(httpx.get(f"{self.base_url}/healthz", timeout=5).json())
-                last = f"{r.status_code} {r.text[:500]}"
-            except httpx.HTTPError as exc:
-                last = f"{exc.__class__.__name__}: {exc}"
-            if self.status() in ("exited", "dead"):
-                raise AssertionError(f"container exited before it was ready:\n{self.logs()}")
-            time.sleep(0.5)
-        raise AssertionError(f"not ready within {timeout:.0f}s; last /readyz: {last}\n{self.logs()}")
-
-    def exec(self, *cmd: str) -> tuple[int, str]:
-        code, out = self.container.exec_run(list(cmd), demux=False)
-        return int(code), (out or b"").decode(errors="replace")
-
-    def remove(self) -> None:
-        with contextlib.suppress(Exception):
-            self.container.remove(force=True, v=True)
-
-
-@contextlib.contextmanager
-def running(
-    engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None
-) -> Iterator[Running]:
-    box = Running(engine, image, secret, env)
-    try:
-        yield box
-    finally:
-        box.remove()
 
 
 def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
