@@ -92,9 +92,8 @@ class NameReport:
     namespaces: dict[str, str] = field(default_factory=dict)  # call_id -> emitted namespace
     conventions: list[str] = field(default_factory=list)  # one per renamed call
     proven_aliases: list[str] = field(default_factory=list)
-    provenance: dict[str, Any] | None = (
-        None  # {"given", "confirmed"[, "forwarded"]} when the body had Gym's field
-    )
+    # {"given", "confirmed"[, "forwarded"]} when the body had Gym's mcp_tool_call_provenance
+    provenance: dict[str, Any] | None = None
     credited_claims: dict[str, str] = field(default_factory=dict)  # call_id -> tool, for claims credited
 
 
