@@ -47,8 +47,10 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     assert "synchronous keep-alive client (http.client)" in run.stdout
     hops = report["hops"]["summary"]
     assert {(h["sessions"], h["path"]) for h in hops} == {
-        (n, p) for n in (1, 2) for p in ("direct", "owner", "fwd", "svc2", "svc3")
+        (n, p) for n in (1, 2) for p in ("direct", "relay", "owner", "fwd", "svc2", "svc3")
     }
     assert all(h["ratio_direct"] > 0 and h["cpu_ms_per_call"]["upstream"] > 0 for h in hops)
+    relay = next(h for h in hops if h["path"] == "relay" and h["sessions"] == 1)
+    assert set(relay["cpu_ms_per_call"]) == {"upstream", "relay"}  # the byte relay's own CPU, separately
     fwd = next(h for h in hops if h["path"] == "fwd" and h["sessions"] == 1)
     assert set(fwd["cpu_ms_per_call"]) == {"upstream", "replica-0", "replica-1"}
