@@ -133,43 +133,27 @@ def capture(client: str) -> dict[str, object]:
         command = f"cline auth openai-compatible --apikey EMPTY --modelid {MODEL} --baseurl <stub>/v1 --data-dir D; cline {' '.join(argv[1:-1])} 'Say hello.' (as Gym's cline_agent runs it; stub Chat Completions; tests/interop/capture_cli_tools.py)".replace(
             str(home), "D"
         )
-        return {
-            "client": client,
-            "version": version,
-            "command": command,
-            "captured": date.today().isoformat(),
-            "tools": offered,
-            "runs": [{"run": "--json --auto-approve true", "requests": len(plan.requests), "tools": offered}],
-        }
-    if client == "openclaw":
+        run = "--json --auto-approve true"
+    elif client == "openclaw":
         command = f"openclaw onboard --non-interactive --accept-risk --skip-health; ~/.openclaw/openclaw.json's models = a stub Chat Completions provider, tools.deny = [message]; openclaw {' '.join(argv[1:-1])} 'Say hello.' (as Gym's openclaw_agent runs it, Node 22; tests/interop/capture_cli_tools.py)"
-        return {
-            "client": client,
-            "version": version,
-            "command": command,
-            "captured": date.today().isoformat(),
-            "tools": offered,
-            "runs": [{"run": "agent --local --json", "requests": len(plan.requests), "tools": offered}],
-        }
-    if client == "pi":
+        run = "agent --local --json"
+    elif client == "pi":
         command = f"pi {' '.join(argv[1:-1])} 'Say hello.' with ~/.pi/agent/models.json (as Gym's pi_agent writes it) naming a stub Chat Completions server (tests/interop/capture_cli_tools.py)"
-        return {
-            "client": client,
-            "version": version,
-            "command": command,
-            "captured": date.today().isoformat(),
-            "tools": offered,
-            "runs": [{"run": "--print --mode json", "requests": len(plan.requests), "tools": offered}],
-        }
+        run = "--print --mode json"
+    else:
+        command = (
+            f"{Path(BINARIES[client]).name} run --model stub/{MODEL} 'Say hello.' with {CONFIG_FILE[client]} naming an "
+            "@ai-sdk/openai-compatible provider at a stub Chat Completions server, no MCP server "
+            "(tests/interop/capture_cli_tools.py)"
+        )
+        run = f"run --model stub/{MODEL}"
     return {
         "client": client,
         "version": version,
-        "command": f"{Path(BINARIES[client]).name} run --model stub/{MODEL} 'Say hello.' with {CONFIG_FILE[client]} naming an "
-        "@ai-sdk/openai-compatible provider at a stub Chat Completions server, no MCP server "
-        "(tests/interop/capture_cli_tools.py)",
+        "command": command,
         "captured": date.today().isoformat(),
         "tools": offered,
-        "runs": [{"run": f"run --model stub/{MODEL}", "requests": len(plan.requests), "tools": offered}],
+        "runs": [{"run": run, "requests": len(plan.requests), "tools": offered}],
     }
 
 
