@@ -27,6 +27,7 @@ def _boot_module() -> Any:
     spec = importlib.util.spec_from_file_location("upstream_boot", BOOT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there while being defined
     spec.loader.exec_module(module)
     return module
 
@@ -66,7 +67,8 @@ def main() -> int:
     boot = _boot_module()
     import uvicorn
 
-    cls, name, config = boot.resolve(args.server)
+    resolved = boot.resolve(args.server)
+    cls, name, config = resolved.cls, resolved.name, resolved.config
     sock = boot.bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     app = build_exposed_app(boot, cls, name, config, host, port)

@@ -13,6 +13,9 @@ Paths (``HOP_PATHS``):
 * ``direct``: ``POST /increment_counter`` to the upstream with the session's cookie (the reference);
 * ``relay``: the same requests through a byte relay in its own process (``benchmarks/relay.py``, a
   control: what any second process on the path costs without doing any HTTP work);
+* ``asgi``: the same requests through the bridge's HTTP stack with no MCP work (``benchmarks/relay.py
+  --mode asgi``: uvicorn with the bridge's protocol, ``read_body``, ``Forwarding.relay``; a control:
+  what any request through the bridge pays before the bridge's own work);
 * ``owner``: ``POST /mcp`` (a stateless ``tools/call``, handshake era, token header) to the replica
   that seeded the session;
 * ``fwd``: the same call to another replica, which relays it to the owner (every call forwarded);
@@ -43,7 +46,7 @@ from typing import Any
 import orjson
 
 from benchmarks.clients import TOKEN_HEADER, seed_body
-from benchmarks.hops_report import HOP_PATHS, HopRun, plot, summarize, table
+from benchmarks.hops_report import CONTROL_PATHS, HOP_PATHS, HopRun, plot, summarize, table
 from benchmarks.procs import BenchError, Proc
 
 _JSON = {"content-type": "application/json"}
@@ -75,11 +78,15 @@ class HopBench:
     """One upstream and up to three replicas (``Proc``); runs the paths, returns ``HopRun`` rows."""
 
     def __init__(
-        self, upstream: Proc, replicas: list[Proc], log: Callable[[str], None], relay: Proc | None = None
+        self,
+        upstream: Proc,
+        replicas: list[Proc],
+        log: Callable[[str], None],
+        relays: dict[str, Proc] | None = None,
     ) -> None:
         self.upstream = upstream
         self.replicas = replicas
-        self.relay = relay
+        self.relays = relays or {}  # control path ("relay", "asgi") -> the relay serving it
         self.log = log
         self.seeds = itertools.count(5000, 7)
         self.rpc_ids = itertools.count(1)
@@ -91,10 +98,10 @@ class HopBench:
 
     def _open(self, path: str, index: int) -> _Session:
         seed = next(self.seeds)
-        if path in ("direct", "relay"):
-            if path == "relay" and self.relay is None:
-                raise BenchError("hops relay: no relay was started")
-            conn = _connect(self.relay.url if path == "relay" and self.relay else self.upstream.url)
+        if path in CONTROL_PATHS:
+            if path != "direct" and path not in self.relays:
+                raise BenchError(f"hops {path}: its relay was not started")
+            conn = _connect(self.relays[path].url if path != "direct" else self.upstream.url)
             status, raw, response = _post(conn, "/seed_session", seed_body(seed), _JSON)
             if status != 200:
                 raise BenchError(f"hops {path}: seed answered {status}: {raw[:200]!r}")
@@ -119,7 +126,7 @@ class HopBench:
     def _call(self, session: _Session, path: str, tool: str, arguments: dict[str, Any]) -> Any:
         conn, target, headers = session.targets[session.turn % len(session.targets)]
         session.turn += 1
-        if path in ("direct", "relay"):
+        if path in CONTROL_PATHS:
             status, raw, _ = _post(conn, f"/{tool}", orjson.dumps(arguments), headers)
             if status != 200:
                 raise BenchError(f"hops {path}: {tool} answered {status}: {raw[:200]!r}")
@@ -144,8 +151,8 @@ class HopBench:
     def run(self, path: str, sessions: int, calls: int, round_: int) -> HopRun:
         opened = [self._open(path, i) for i in range(sessions)]
         procs: dict[str, Proc] = {"upstream": self.upstream}
-        if path == "relay" and self.relay is not None:
-            procs["relay"] = self.relay
+        if path in self.relays:
+            procs[self.relays[path].name] = self.relays[path]
         elif path != "direct":
             procs.update({r.name: r for r in self._replicas_for(path)})
         ready = threading.Barrier(sessions + 1)
@@ -236,26 +243,29 @@ def interleave(
 # -- entry --------------------------------------------------------------------------------------------
 
 
-def start(workdir: Path, replicas: int, log: Callable[[str], None]) -> tuple[Proc, list[Proc], Proc]:
-    """The upstream, ``replicas`` bridges on it and the byte relay to it (``benchmarks/relay.py``),
-    their files in ``workdir/hops``."""
+def start(
+    workdir: Path, replicas: int, log: Callable[[str], None]
+) -> tuple[Proc, list[Proc], dict[str, Proc]]:
+    """The upstream, ``replicas`` bridges on it and the two control relays to it
+    (``benchmarks/relay.py``: path -> relay), their files in ``workdir/hops``."""
     from benchmarks import procs
 
     workdir = workdir / "hops"
     workdir.mkdir(exist_ok=True)
     upstream = procs.start_upstream(workdir)
     started: list[Proc] = []
+    relays: dict[str, Proc] = {}
     try:
         started = start_replicas(workdir, upstream, replicas, "replica")
-        relay = procs.start_relay(workdir, upstream.url)
+        relays["relay"] = procs.start_relay(workdir, upstream.url, "bytes")
+        relays["asgi"] = procs.start_relay(workdir, upstream.url, "asgi")
     except BaseException:
-        for proc in [*started, upstream]:
+        for proc in [*started, *relays.values(), upstream]:
             proc.stop()
         raise
-    log(
-        f"bench: hops: upstream {upstream.url}, replicas {', '.join(p.url for p in started)}, relay {relay.url}"
-    )
-    return upstream, started, relay
+    urls = ", ".join(f"{path} {proc.url}" for path, proc in relays.items())
+    log(f"bench: hops: upstream {upstream.url}, replicas {', '.join(p.url for p in started)}, {urls}")
+    return upstream, started, relays
 
 
 def start_replicas(
@@ -325,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="gym-mcp-hops-") as tmp:
-        upstream, replicas, relay = start(Path(tmp), 3, log)
-        replicas.append(relay)  # stopped with them
+        upstream, replicas, relays = start(Path(tmp), 3, log)
+        replicas += relays.values()  # stopped with them
         try:
-            bench = HopBench(upstream, replicas[:3], log, relay)
+            bench = HopBench(upstream, replicas[:3], log, relays)
             variants: list[Variant] = [(p, bench, p) for p in paths]
             if args.compare_tree is not None:
                 other = start_replicas(Path(tmp), upstream, 2, args.compare_tag, args.compare_tree.resolve())

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-HOP_PATHS = ["direct", "relay", "owner", "fwd", "svc2", "svc3"]
+HOP_PATHS = ["direct", "relay", "asgi", "owner", "fwd", "svc2", "svc3"]
+CONTROL_PATHS = ("direct", "relay", "asgi")  # plain HTTP to the upstream; no bridge replica on the path
 LABELS = {
     "direct": "direct HTTP (reference)",
     "relay": "direct HTTP through a byte relay (control)",
+    "asgi": "direct HTTP through the bridge's HTTP stack (control)",
     "owner": "bridge, straight to the owner",
     "fwd": "bridge, via a non-owner (all forwarded)",
     "svc2": "bridge, 2 replicas round robin",
@@ -68,7 +70,7 @@ def summarize(runs: list[HopRun]) -> list[dict[str, Any]]:
                 "calls_per_s": statistics.median(r.calls_per_s for r in mine),
                 "ratio_direct": statistics.median(r.calls_per_s / d.calls_per_s for r, d in pairs_direct),
                 "ratio_owner": statistics.median(r.calls_per_s / o.calls_per_s for r, o in pairs_owner)
-                if pairs_owner and base not in ("direct", "relay")
+                if pairs_owner and base not in CONTROL_PATHS
                 else None,
                 "p50_ms": statistics.median(r.p50_ms for r in mine),
                 "p99_ms": statistics.median(r.p99_ms for r in mine),
@@ -82,7 +84,7 @@ def summarize(runs: list[HopRun]) -> list[dict[str, Any]]:
                 "extra_bridge_cpu_ms_per_call": statistics.median(
                     _bridge_cpu(r) - _bridge_cpu(o) for r, o in pairs_owner
                 )
-                if pairs_owner and base not in ("direct", "relay", "owner")
+                if pairs_owner and base not in (*CONTROL_PATHS, "owner")
                 else None,
                 "loadavg": [min(r.loadavg for r in mine), max(r.loadavg for r in mine)],
             }

@@ -119,14 +119,16 @@ class Proc:
                 os.killpg(self.popen.pid, signal.SIGKILL)
 
 
-def start_relay(workdir: Path, target_url: str, timeout: float = 60) -> Proc:
-    """``benchmarks/relay.py`` in front of ``target_url`` (a byte relay: the hops benchmark's control)."""
+def start_relay(workdir: Path, target_url: str, mode: str = "bytes", timeout: float = 60) -> Proc:
+    """``benchmarks/relay.py`` in front of ``target_url``, the hops benchmark's controls: ``bytes``
+    (process ``relay``) copies bytes, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no
+    MCP work."""
+    name = "relay" if mode == "bytes" else mode
+    target = target_url.removeprefix("http://")
     proc = _spawn(
-        "relay",
-        [sys.executable, "-m", "benchmarks.relay", "--target", target_url.removeprefix("http://")],
-        workdir,
+        name, [sys.executable, "-m", "benchmarks.relay", "--target", target, "--mode", mode], workdir
     )
-    deadline, log = time.monotonic() + timeout, workdir / "relay.log"
+    deadline, log = time.monotonic() + timeout, workdir / f"{name}.log"
     while True:
         first = log.read_text(errors="replace").split("\n", 1)[0] if log.exists() else ""
         if first.startswith("port ") and first.endswith(tuple("0123456789")):

@@ -210,13 +210,13 @@ async def amain(args: argparse.Namespace) -> int:
         hop_rows: list[dict[str, Any]] = []
         hop_runs: list[hops.HopRun] = []
         if args.hops:
-            upstream, replicas, relay = hops.start(Path(tmp), 3, bench.log)
+            upstream, replicas, relays = hops.start(Path(tmp), 3, bench.log)
             try:
-                hop_runs = hops.HopBench(upstream, replicas, bench.log, relay).rounds(
+                hop_runs = hops.HopBench(upstream, replicas, bench.log, relays).rounds(
                     hops.HOP_PATHS, hops.parse_levels(args.hops), args.hops_rounds
                 )
             finally:
-                for proc in [*replicas, relay, upstream]:
+                for proc in [*replicas, *relays.values(), upstream]:
                     proc.stop()
             hop_rows = hops.summarize(hop_runs)
     plot_error = plot(bench.sweep, args.plot) if args.plot and bench.sweep else None

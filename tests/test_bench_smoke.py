@@ -18,7 +18,7 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     if not GYM_PYTHON.exists():
         pytest.skip("the Gym environment is missing: run 'make setup'")
     out = tmp_path / "bench.json"
-    argv = "--quick --paths direct,bridge,bridge-2026 --seq-calls 40 --sessions 4 --calls 10 --warmup 8"
+    argv = "--quick --paths direct,bridge,bridge-2026,gym07 --seq-calls 40 --sessions 4 --calls 10 --warmup 8"
     argv += " --idle-sessions 20 --startup-repeats 1 --client-calls 50 --client-repeats 1"
     argv += " --hops 1x20,2x10 --hops-rounds 1"
     run = subprocess.run(
@@ -35,7 +35,7 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["correct"] is True
     paths = {s["path"] for s in report["summary"]}
-    assert paths == {"direct", "bridge", "bridge-2026"}
+    assert paths == {"direct", "bridge", "bridge-2026", "gym07"}  # Gym 0.7's own MCP booted, not skipped
     assert all(s["correct"] for s in report["summary"])
     assert report["idle_sessions"]["sessions"] == 20
     # startup measured both ways: restarted against the running upstream, and spawned together with one
@@ -47,10 +47,29 @@ def test_benchmark_quick_subset(tmp_path: Path) -> None:
     assert "synchronous keep-alive client (http.client)" in run.stdout
     hops = report["hops"]["summary"]
     assert {(h["sessions"], h["path"]) for h in hops} == {
-        (n, p) for n in (1, 2) for p in ("direct", "relay", "owner", "fwd", "svc2", "svc3")
+        (n, p) for n in (1, 2) for p in ("direct", "relay", "asgi", "owner", "fwd", "svc2", "svc3")
     }
     assert all(h["ratio_direct"] > 0 and h["cpu_ms_per_call"]["upstream"] > 0 for h in hops)
-    relay = next(h for h in hops if h["path"] == "relay" and h["sessions"] == 1)
-    assert set(relay["cpu_ms_per_call"]) == {"upstream", "relay"}  # the byte relay's own CPU, separately
+    for control in ("relay", "asgi"):  # each control relay's own CPU, apart from the upstream's
+        row = next(h for h in hops if h["path"] == control and h["sessions"] == 1)
+        assert set(row["cpu_ms_per_call"]) == {"upstream", control}
+        assert row["cpu_ms_per_call"][control] > 0 and row["ratio_owner"] is None
     fwd = next(h for h in hops if h["path"] == "fwd" and h["sessions"] == 1)
     assert set(fwd["cpu_ms_per_call"]) == {"upstream", "replica-0", "replica-1"}
+
+
+@pytest.mark.timeout(120)
+def test_asgi_floor_runs() -> None:
+    """The ASGI-floor benchmark answers through all three servers (each answer checked byte for byte
+    by the benchmark) and prints a row with a CPU figure for each."""
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.asgi_floor", "--calls", "50", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
+    assert set(rows) == {"bare", "uvicorn", "bridge-wire"}
+    assert all(float(row[-1]) > 0 for row in rows.values())
