@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     )
     restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
     shutdown_grace_s: float = Field(60.0, ge=0, description="drain time for in-flight calls on SIGTERM")
+    listen_when_ready: bool = Field(
+        False,
+        description="accept connections only once the upstream is ready and the tools are loaded (for launchers "
+        "that take any answer as ready, like Gym's `gym env start`); /healthz is then unreachable while starting",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     audit_log: Path | None = Field(
         None,

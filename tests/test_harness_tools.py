@@ -4,7 +4,10 @@ real CLIs offered, and ``verify.normalize`` on the worst cases.
 The names come from the CLIs' own requests, captured by ``tests/interop/capture_harness_tools.py``
 into ``tests/fixtures/harness_tools/<client>.json`` (client, version, command, date); the bridge's
 table must equal them, client by client, and every fixture present must have its row (a fixture
-another task adds for another CLI fails this test until the table has it).
+another task adds for another CLI fails this test until the table has it). One fixture is no capture:
+``gym-codex-agent.json`` holds the names Gym 0.7.0's ``codex_agent`` writes for Codex's own items
+(shell command, file change, built-in web search, plan), and the test below re-reads them from the
+wheel's own source, so the expected names are Gym's, not this table's.
 
 The worst case is a session tool that shares its bare name with a harness tool: Gemini CLI 0.56.0
 offers its own ``read_file`` (captured), and a Gym env may have one too; Gym's converters write MCP
@@ -15,6 +18,7 @@ session's log, never twice on one served call.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,93 @@ def test_openclaws_own_tools_are_known() -> None:
     assert harness.clients_of("exec") == ["openclaw"]
     assert harness.clients_of("sessions_spawn") == ["openclaw"]
     assert "openclaw" in harness.clients_of("read") and "pi" in harness.clients_of("read")
+
+
+def converter_names(source: str, function: str) -> tuple[dict[str, tuple[str, int]], dict[str, str]]:
+    """Gym's ``codex_agent`` converter read as code: for each ``itype == "<item>"`` branch of
+    ``function`` that writes a function call (``_add_tool_pair(item, name, ...)``), item -> (name,
+    line) when the name is a constant, else item -> the expression that computes it."""
+    tree = ast.parse(source)
+    [func] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    constant: dict[str, tuple[str, int]] = {}
+    computed: dict[str, str] = {}
+    for branch in ast.walk(func):
+        test = branch.test if isinstance(branch, ast.If) else None
+        if not (
+            isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "itype"
+        ):
+            continue
+        assert isinstance(branch, ast.If) and isinstance(test.comparators[0], ast.Constant)
+        item_type = str(test.comparators[0].value)
+        for node in (n for statement in branch.body for n in ast.walk(statement)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "_add_tool_pair"
+            ):
+                name = node.args[1]
+                if isinstance(name, ast.Constant):
+                    constant[item_type] = (str(name.value), node.lineno)
+                else:
+                    computed[item_type] = ast.unparse(name)
+    return constant, computed
+
+
+@pytest.fixture(scope="module")
+def gym07_site(request: pytest.FixtureRequest) -> Path:
+    """The nemo-gym 0.7.0 wheel's site-packages (the environment built first when it is missing)."""
+    from benchmarks import procs
+
+    def found() -> list[Path]:
+        return sorted((procs.GYM07_ENV / "lib").glob("python3.*/site-packages/nemo_gym-0.7.0.dist-info"))
+
+    if not found():
+        request.getfixturevalue("gym07_python")
+    return found()[0].parent
+
+
+def test_gym_codex_agents_own_names_are_read_from_gyms_source(gym07_site: Path) -> None:
+    data = fixtures()["gym-codex-agent"]
+    source = data["source"]
+    text = (gym07_site / source["path"]).read_text()
+    constant, computed = converter_names(text, source["function"])
+    assert {item: name for item, (name, _) in constant.items()} == data["items"]
+    assert sorted({name for name, _ in constant.values()}) == sorted(data["tools"])
+    first, last = source["lines"]
+    assert all(first <= line <= last for _, line in constant.values()), constant  # the citation holds
+    # an MCP call is written under the bare tool name Codex reports, with no server in it
+    assert computed == {"mcp_tool_call": "str(item.get('tool') or '')"}
+
+
+def test_gym_codex_agents_own_calls_are_harness_tools() -> None:
+    # the transcript Gym's codex_agent writes: Codex's built-in web search, a file change and its plan
+    # under the names of its converter; the session's own tool is also called web_search
+    tools = ("web_search", "read_file")
+    output = [
+        fc("web_search", "item_1", '{"query": "q"}'),
+        fc("apply_patch", "item_2", '{"changes": []}'),
+        fc("update_plan", "item_3", '{"items": []}'),
+    ]
+    response = {"output": [dict(item) for item in output]}
+    report = normalize(response, tools, ["gym"], [])
+    assert [item["name"] for item in response["output"]] == [
+        "unscored:web_search",
+        "apply_patch",
+        "update_plan",
+    ]
+    assert report.harness_tools == [
+        {
+            "name": "web_search",
+            "clients": ["gym-codex-agent", "openclaw"],
+            "reason": "also a tool of this session; no call the session served proves it",
+        },
+        {"name": "apply_patch", "clients": ["gym-codex-agent", "openclaw"]},
+        {"name": "update_plan", "clients": ["gym-codex-agent", "openclaw"]},
+    ]
+    # the same web_search with the session's own served call (an MCP call Codex made) is credited
+    response = {"output": [dict(output[0])]}
+    report = normalize(response, tools, ["gym"], served(("web_search", '{"query": "q"}')))
+    assert response["output"][0]["name"] == "web_search" and report.harness_tools == []
 
 
 def fc(name: str, call_id: str, arguments: str = ARGS, namespace: str | None = None) -> dict[str, Any]:

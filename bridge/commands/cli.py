@@ -1,4 +1,5 @@
-"""Command line: ``gym-mcp-bridge serve | replay | client-config | show-config`` (also ``python -m bridge``).
+"""Command line: ``gym-mcp-bridge serve | replay | client-config | show-config | gym-entry | provenance``
+(also ``python -m bridge``).
 
 ``serve`` builds ``Settings`` from ``GYM_MCP_BRIDGE_*`` variables and ``--flags`` (one flag per
 settings field, generated from the model), binds the port first (a port in use is a one-line
@@ -128,7 +129,9 @@ def warn_secret_flags(args: argparse.Namespace) -> None:
     )
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, listen: bool = True) -> socket.socket:
+    """The bridge's socket, bound (a port in use is a one-line error). Unless ``listen``, it refuses
+    connections until uvicorn starts serving on it, which it does after the app's startup."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -141,7 +144,8 @@ def bind(host: str, port: int) -> socket.socket:
                 f"port {port} on {host} is already in use; pass --port or stop the other process"
             ) from exc
         raise StartupError(f"cannot bind {host}:{port}: {exc.strerror}; check --host / --port") from exc
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.setblocking(False)
     return sock
 
@@ -171,7 +175,7 @@ async def serve(settings: Settings) -> None:
         keys, generated_key = settings.signing_keys()
     except ValueError as exc:
         raise StartupError(f"cannot use the signing key: {exc}") from exc
-    sock = bind(settings.host, settings.port)
+    sock = bind(settings.host, settings.port, listen=not settings.listen_when_ready)
     if generated_key:
         log.warning(
             "no secret configured: session tokens are signed with a key generated for this process; "
@@ -192,6 +196,7 @@ async def serve(settings: Settings) -> None:
         keys,
         sock.getsockname()[:2],
         lambda: setattr(started[0], "should_exit", True),
+        lambda: started[0].should_exit,
     )
     config = uvicorn.Config(
         front,
@@ -245,9 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve_parser)
     serve_parser.set_defaults(handler=cmd_serve)
-    from bridge.commands import client_config, replay, show_config
+    from bridge.commands import client_config, gym_entry, replay, show_config
 
     replay.add_parser(commands)
+    gym_entry.add_parser(commands)
     client_config.add_parser(commands)
     show_config.add_parser(commands)
     add_provenance_parser(commands)

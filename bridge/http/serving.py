@@ -10,6 +10,11 @@ anything else 503 (``Retry-After``; a JSON-RPC error on ``/mcp``). Afterwards ev
 to the real app. A start that fails records its one-line reason and asks uvicorn to stop
 (``request_exit``); ``serve`` then exits 2 with that line. This module imports nothing heavy, so
 the first ``/healthz`` is answered within milliseconds of the bind.
+
+With ``listen_when_ready`` (for a launcher such as Gym's ``gym env start``, which takes any answer on
+the port as ready) the lifespan startup waits for the real app, or fails with the start's reason, so
+uvicorn starts accepting connections only when a seed can be served: until then a connection is
+refused, and nothing, not even ``/healthz``, answers.
 """
 
 from __future__ import annotations
@@ -46,17 +51,20 @@ class ServingApp:
         keys: list[str],
         bound: tuple[str, int],
         request_exit: Callable[[], None],
+        exiting: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.keys = keys
         self.bound = bound
         self.request_exit = request_exit
+        self.exiting = exiting
         self.started_at = time.time()
         self.app: ASGIApp | None = None  # the real app, once started
         self.failure: str | None = None  # why the start failed, one line
         self._life: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._settled = asyncio.Event()  # the real app serves, or the start failed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -73,11 +81,27 @@ class ServingApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self._life = asyncio.create_task(self._live())
+                if self.settings.listen_when_ready and not await self._settle():
+                    await self._stop()
+                    await send(
+                        {"type": "lifespan.startup.failed", "message": self.failure or "stopped by a signal"}
+                    )
+                    return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self._stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _settle(self) -> bool:
+        """Wait until the real app serves (True) or the start failed or a signal asked to stop (False):
+        uvicorn sees its signals only between lifespan steps, so a stop is polled here."""
+        while not self._settled.is_set():
+            if self.exiting():
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), 0.2)
+        return self.failure is None
 
     async def _live(self) -> None:
         """Start the bridge, then run the real app's lifespan until shutdown, in this one task (the
@@ -105,6 +129,7 @@ class ServingApp:
             booting.cancel()
         async with app.lifespan():  # on exit it stops the upstream
             self.app = app
+            self._settled.set()
             log.info(
                 "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
                 __version__,
@@ -116,6 +141,7 @@ class ServingApp:
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
+        self._settled.set()
         self.request_exit()
 
     async def _stop(self) -> None:

@@ -10,7 +10,10 @@ only with the session's own recorded call (same tool, same arguments) behind it.
 
 The table below is data: the names each CLI put in its model requests, captured from the real
 CLIs (``tests/interop/capture_harness_tools.py`` writes ``tests/fixtures/harness_tools/<client>.json``;
-``tests/test_harness_tools.py`` checks this table equals those fixtures). Which harness produced a
+``tests/test_harness_tools.py`` checks this table equals those fixtures). One row is no CLI's request:
+``gym-codex-agent`` is the names Gym's ``codex_agent`` writes into the transcript for Codex's own
+work (``codex exec --json`` items: a shell command, a file change, Codex's built-in web search, its
+plan), read from the nemo-gym 0.7.0 wheel; that test re-reads the wheel's source. Which harness produced a
 transcript is not known to the bridge (a verify body does not say, and any caller can send one),
 so every lookup is over the union of all clients: that only widens the set of bare names that need
 the session's record before they are credited, and never credits anything.
@@ -99,6 +102,17 @@ HARNESS_TOOLS: dict[str, frozenset[str]] = {
             "update_goal",
             "view_image",
             "write_stdin",
+        }
+    ),
+    # nemo-gym 0.7.0 codex_agent's transcript of Codex's own items (not MCP calls, which it writes
+    # under the bare tool name): responses_api_agents/codex_agent/app.py:203-216, parse_exec_jsonl
+    # (tests/fixtures/harness_tools/gym-codex-agent.json)
+    "gym-codex-agent": frozenset(
+        {
+            "apply_patch",
+            "exec_command",
+            "update_plan",
+            "web_search",
         }
     ),
     # gemini-cli 0.56.0, captured 2026-12-02 (tests/fixtures/harness_tools/gemini-cli.json)

@@ -44,10 +44,14 @@ class BootError(Exception):
     pass
 
 
-def _resources_servers_root() -> Path:
+def _env_dir(name: str) -> Path:
+    """The directory of environment ``name``: the first portion of the ``resources_servers`` namespace
+    package that has it (a working directory's ``resources_servers/`` may hold other servers only,
+    such as this project's Gym entry), else where the first portion would hold it."""
     import resources_servers
 
-    return Path(next(iter(resources_servers.__path__)))
+    portions = [Path(portion) for portion in resources_servers.__path__]
+    return next((portion / name for portion in portions if (portion / name).is_dir()), portions[0] / name)
 
 
 def _server_class(module_name: str, class_name: str | None) -> Any:
@@ -197,7 +201,7 @@ def resolve(spec: str, dotenv: Path | None = None) -> Resolved:
         fields: dict[str, Any]
         instance, env = wanted[0]
         fields = _server_config(config, instance, env, path)
-        env_dir = _resources_servers_root() / env
+        env_dir = _env_dir(env)
         _publish(config, instance)
         _enter(env_dir)
         cls = _server_class(_entry_module(env, fields), None)
@@ -205,18 +209,14 @@ def resolve(spec: str, dotenv: Path | None = None) -> Resolved:
     if ":" in spec:
         module, _, class_name = spec.partition(":")
         parts = module.split(".")
-        module_dir = (
-            _resources_servers_root() / parts[1]
-            if len(parts) > 2 and parts[0] == "resources_servers"
-            else None
-        )
+        module_dir = _env_dir(parts[1]) if len(parts) > 2 and parts[0] == "resources_servers" else None
         _publish(None, None)
         if module_dir is not None and module_dir.is_dir():
             _enter(module_dir)
         return Resolved(
             _server_class(module, class_name), module.rsplit(".", 1)[-1], {}, directory=module_dir
         )
-    env_dir = _resources_servers_root() / spec
+    env_dir = _env_dir(spec)
     if "/" in spec or not (env_dir / "app.py").is_file():
         raise BootError(f"no bundled Gym environment named {spec!r} (looked for {env_dir}/app.py)")
     shipped = _bundled_config(env_dir)

@@ -48,14 +48,14 @@ _REQUIREMENT_NAME = re.compile(r"^\s*(?:-e\s+)?([A-Za-z0-9][A-Za-z0-9._-]*)")
 _QUERY = """
 import importlib.metadata as m, importlib.util as u, json, sysconfig
 spec = u.find_spec("resources_servers")
-root = next(iter(spec.submodule_search_locations), None) if spec and spec.submodule_search_locations else None
+roots = list(spec.submodule_search_locations) if spec and spec.submodule_search_locations else []
 def version(name):
     try:
         return m.version(name)
     except m.PackageNotFoundError:
         return None
 installed = {d.metadata["Name"]: d.version for d in m.distributions() if d.metadata["Name"]}
-print(json.dumps({"root": root, "purelib": sysconfig.get_paths()["purelib"],
+print(json.dumps({"roots": roots, "purelib": sysconfig.get_paths()["purelib"],
                   "versions": {n: version(n) for n in ("nemo-gym", "openai", "ray")},
                   "installed": installed}))
 """
@@ -89,7 +89,7 @@ class GymEnv:
 
 @dataclass(frozen=True, slots=True)
 class BaseInfo:
-    root: Path | None  # the resources_servers package directory
+    roots: list[Path]  # the portions of the resources_servers namespace package, in import order
     purelib: Path
     versions: dict[str, str | None]
     installed: dict[str, str]  # every distribution of the base, name -> version
@@ -110,16 +110,17 @@ async def query_base(gym_python: Path) -> BaseInfo:
         raise EnvBuildError(f"{gym_python} cannot be queried: {lines[-1] if lines else proc.returncode}")
     data = json.loads(out)
     return BaseInfo(
-        root=Path(data["root"]) if data["root"] else None,
+        roots=[Path(root) for root in data["roots"]],
         purelib=Path(data["purelib"]),
         versions=dict(data["versions"]),
         installed=dict(data.get("installed", {})),
     )
 
 
-def locate(spec: str, root: Path | None) -> Path | None:
-    """The server directory a spec runs in, or None when it is not a bundled environment's."""
-    if root is None:
+def locate(spec: str, roots: list[Path]) -> Path | None:
+    """The server directory a spec runs in (in the first ``resources_servers`` portion that has it),
+    or None when it is not a bundled environment's."""
+    if not roots:
         return None
     if spec.endswith((".yaml", ".yml")) or re.search(r"\.ya?ml:[^/]+$", spec):
         path = Path(spec.rsplit(":", 1)[0] if not spec.endswith((".yaml", ".yml")) else spec)
@@ -137,8 +138,7 @@ def locate(spec: str, root: Path | None) -> Path | None:
         name = spec
     if not name or "/" in name or name.startswith("."):
         return None
-    directory = root / name
-    return directory if directory.is_dir() else None
+    return next((root / name for root in roots if (root / name).is_dir()), None)
 
 
 def requirement_lines(directory: Path) -> list[str]:
@@ -299,7 +299,7 @@ async def build(target: Path, name: str, lines: list[str], base: BaseInfo, gym_p
 async def ensure(spec: str, gym_python: Path, cache: Path | None = None) -> GymEnv:
     """The interpreter and directory to run ``spec`` with, building its own environment on first use."""
     base = await query_base(gym_python)
-    directory = locate(spec, base.root)
+    directory = locate(spec, base.roots)
     if directory is None:
         return GymEnv(python=gym_python, directory=None)
     lines = requirement_lines(directory)

@@ -70,7 +70,7 @@ class StubGymModelServer(LocalStub):
             self.requests.append(body)
             self.offered.update(str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict))
             key = plan_key(body)
-            plan = self.plans.get(key)
+            plan = self.plan_for(body)
             step = sum(
                 1
                 for i in body.get("input") or []
@@ -82,17 +82,17 @@ class StubGymModelServer(LocalStub):
                 output = [self._message("No plan registered for this row.")]
             elif step < len(plan.solution):
                 name, arguments = plan.solution[step]
-                self.emitted.append(name)
-                output = [
-                    {
-                        "type": "function_call",
-                        "id": self._next_id("fc"),
-                        "call_id": self._next_id("call"),
-                        "name": name,
-                        "arguments": json.dumps(arguments),
-                        "status": "completed",
-                    }
-                ]
+                call: dict[str, Any] = {
+                    "type": "function_call",
+                    "id": self._next_id("fc"),
+                    "call_id": self._next_id("call"),
+                    "name": name,
+                    "arguments": json.dumps(arguments),
+                    "status": "completed",
+                }
+                call.update(self.called_as(name, body))
+                self.emitted.append(str(call["name"]))
+                output = [call]
             else:
                 output = [self._message(plan.final_text)]
         return {
@@ -119,6 +119,13 @@ class StubGymModelServer(LocalStub):
                 "total_tokens": 2,
             },
         }
+
+    def plan_for(self, body: dict[str, Any]) -> Plan | None:
+        return self.plans.get(plan_key(body))
+
+    def called_as(self, tool: str, body: dict[str, Any]) -> dict[str, str]:
+        """The name (and namespace) to call ``tool`` by in an answer to ``body``: as planned."""
+        return {}
 
     def _message(self, text: str) -> dict[str, Any]:
         return {
@@ -147,3 +154,38 @@ class StubGymModelServer(LocalStub):
                     self._send(200, json.dumps(stub.answer(body)).encode())
 
         return Handler
+
+
+class StubPolicyEndpoint(StubGymModelServer):
+    """The same answers for a model behind Gym's ``openai_model`` that harness CLIs talk to (Claude
+    Code through ``/v1/messages``, Codex through ``/v1/responses``; Gym's model server turns both into
+    a Responses request here). A CLI wraps the row's prompt in text of its own and drops the row's
+    metadata, so a request belongs to the plan whose registered prompt is the longest one contained
+    in the request's text; the planned tool is called by the name the request offered for it: the
+    name itself, a namespace child of that name (Codex), or the one offered name ending in
+    ``_<tool>`` (``mcp__<server>__<tool>``)."""
+
+    def plan_for(self, body: dict[str, Any]) -> Plan | None:
+        text = json.dumps(body.get("input"))
+        found = [
+            (len(prompt), plan)
+            for (prompt, _), plan in self.plans.items()
+            if json.dumps(prompt)[1:-1] in text
+        ]
+        return max(found, key=lambda pair: pair[0])[1] if found else None
+
+    def called_as(self, tool: str, body: dict[str, Any]) -> dict[str, str]:
+        flat: list[str] = []
+        for offer in body.get("tools") or []:
+            if not isinstance(offer, dict):
+                continue
+            if offer.get("type") == "namespace":
+                for child in offer.get("tools") or []:
+                    if isinstance(child, dict) and child.get("name") == tool:
+                        return {"namespace": str(offer.get("name")), "name": tool}
+            elif isinstance(offer.get("name"), str):
+                flat.append(offer["name"])
+        if tool in flat:
+            return {"name": tool}
+        ends = [name for name in flat if name.endswith(f"_{tool}")]
+        return {"name": ends[0]} if len(ends) == 1 else {}

@@ -1,0 +1,305 @@
+"""Gym's own launcher starts the bridge, and Gym's own collector collects through it (nemo-gym 0.7.0).
+
+The road a Gym user takes, nothing started by the test but the model stub and (for the remote mode)
+a bridge that stands for one in Compose or Kubernetes: from the project root, ``gym env start
+"+config_paths=[examples/gym/simple_agent.yaml,examples/gym/claude_code_agent.yaml,examples/gym/
+codex_agent.yaml,<the reference config>]" +policy_base_url=... +policy_api_key=... +policy_model_name=...``,
+then ``ng_collect_rollouts`` over rows that name their agent (``tests/interop/gym_launcher.py`` lists
+the launcher keys the test adds, and why). The launcher builds every server's venv (the bridge's entry
+included: ``resources_servers/gym_mcp_bridge``), starts Ray, the head server, Gym's ``openai_model``
+(the real model server, in front of a stub Responses endpoint: ``StubPolicyEndpoint``, not a policy),
+the agents with their environment-server relays, and the bridge, which runs its upstream
+(``example_session_state_mgmt``) on the entry venv's nemo-gym 0.7.0.
+
+The reference config, written by the test from the example files: the same three agents, each
+pointed at ``gym_in_process``, the same environment started by the same launcher with Gym 0.7.0's
+in-process MCP exposure (``expose_tools_over_mcp: true``). Expected rewards come from there, row by
+row; the rows are the environment's shipped ``data/example.jsonl`` rows 0-2 (the stub replays each
+row's solution: 1.0) and a control (row 0 under another prompt, for which the stub increments one
+short: 0.0). The CLIs: Claude Code 2.1.332 (``claude_code_agent`` pins none) and Codex 0.144.4
+(``codex_agent``'s own pin), from the npm registry.
+
+Two launches: plain, and with ``observability_enabled: true`` (every Gym request to a resources server
+under ``/ng-rollout/<rollout id>/``; Gym's model servers and collector then require
+``model_call_capture_dir``, and the model server captures every model call there).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, BridgeProcess
+from tests.interop.gym_launcher import Launcher
+from tests.interop.node import installed_cli
+from tests.interop.stubs.common import counter_solution
+from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint
+
+ENV = "example_session_state_mgmt"
+AGENTS = ("simple_agent", "claude_code_agent", "codex_agent")
+BRIDGE = "gym_mcp_bridge"  # the bridge's instance name in the example configs
+IN_PROCESS = "gym_in_process"
+REMOTE = "gym_mcp_bridge_remote"
+EXAMPLES = ROOT / "examples" / "gym"
+CONTROL = " Then stop."  # the control row's prompt: row 0's, with this appended
+CLAUDE_VERSION = "2.1.332"
+CODEX_VERSION = "0.144.4"  # nemo-gym 0.7.0's codex_agent pin (configs/codex_agent.yaml)
+pytestmark = pytest.mark.timeout(2400)
+
+
+@dataclass
+class Launched:
+    observability: bool
+    launcher: Launcher
+    rows: list[dict[str, Any]]  # the rows given, in collection order
+    rollouts: dict[tuple[str, int], dict[str, Any]]  # (agent instance, case index) -> rollout
+    audit: list[dict[str, Any]]  # the launched bridge's audit log
+    remote_audit: list[dict[str, Any]]
+    cases: list[str]  # "solution" / "control", per case index
+
+
+def shipped_rows(gym07_python: Path) -> list[dict[str, Any]]:
+    site = next((gym07_python.parent.parent / "lib").glob("python3.*/site-packages"))
+    path = site / "resources_servers" / ENV / "data" / "example.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def with_prompt(row: dict[str, Any], suffix: str) -> dict[str, Any]:
+    params = json.loads(json.dumps(row["responses_create_params"]))
+    params["input"][0]["content"] += suffix
+    return {**row, "responses_create_params": params}
+
+
+def reference_config(work: Path, remote: BridgeProcess | None) -> Path:
+    """The three example agents again, each in front of Gym's own in-process MCP exposure of the same
+    environment (and, with ``remote``, simple_agent in front of an already running bridge)."""
+    config: dict[str, Any] = {
+        IN_PROCESS: {
+            "resources_servers": {
+                ENV: {"entrypoint": "app.py", "domain": "agent", "expose_tools_over_mcp": True}
+            }
+        }
+    }
+    for agent in AGENTS:
+        example = yaml.safe_load((EXAMPLES / f"{agent}.yaml").read_text())
+        block = dict(example[agent]["responses_api_agents"][agent])
+        config[f"{agent}_in_process"] = {
+            "responses_api_agents": {
+                agent: {**block, "resources_server": {"type": "resources_servers", "name": IN_PROCESS}}
+            }
+        }
+    if remote is not None:
+        config[REMOTE] = {
+            "resources_servers": {
+                BRIDGE: {
+                    "entrypoint": "app.py",
+                    "domain": "agent",
+                    "host": remote.host,
+                    "port": remote.port,
+                    "bridge_url": remote.url,
+                    "watch_interval_s": 1,
+                }
+            }
+        }
+        example = yaml.safe_load((EXAMPLES / "simple_agent.yaml").read_text())
+        block = dict(example["simple_agent"]["responses_api_agents"]["simple_agent"])
+        config["simple_agent_remote"] = {
+            "responses_api_agents": {
+                "simple_agent": {**block, "resources_server": {"type": "resources_servers", "name": REMOTE}}
+            }
+        }
+    path = work / "reference.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def agent_instances(remote: bool) -> list[str]:
+    names = [name for agent in AGENTS for name in (agent, f"{agent}_in_process")]
+    return [*names, "simple_agent_remote"] if remote else names
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
+
+
+@pytest.fixture(scope="module")
+def clis() -> list[str]:
+    claude = installed_cli("claude-code", "claude", f"{CLAUDE_VERSION} (Claude Code)")
+    codex = installed_cli("codex-gym", "codex", f"codex-cli {CODEX_VERSION}")
+    return [str(Path(claude).parent), str(Path(codex).parent)]
+
+
+@pytest.fixture(scope="module")
+def remote_bridge(
+    gym07_python: Path, log_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BridgeProcess]:
+    """A bridge started apart from the launcher, as Compose or Kubernetes runs one."""
+    audit = tmp_path_factory.mktemp("remote-bridge") / "audit.jsonl"
+    args = ["--gym-python", str(gym07_python), "--server-name", REMOTE]
+    bridge = BridgeProcess(args=args, env={"GYM_MCP_BRIDGE_AUDIT_LOG": str(audit)}).start(
+        log_dir, timeout=300
+    )
+    yield bridge
+    bridge.stop()
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "observability"])
+def launched(
+    request: pytest.FixtureRequest,
+    gym07_python: Path,
+    clis: list[str],
+    remote_bridge: BridgeProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Launched]:
+    observability: bool = request.param
+    work = tmp_path_factory.mktemp("gym-launcher-observability" if observability else "gym-launcher")
+    remote = None if observability else remote_bridge
+    shipped = shipped_rows(gym07_python)
+    cases = [(shipped[i], Plan(counter_solution(shipped[i])), "solution") for i in (0, 1, 2)]
+    (name, args), *rest = counter_solution(shipped[0])
+    cases.append(
+        (with_prompt(shipped[0], CONTROL), Plan([(name, {"count": args["count"] - 1}), *rest]), "control")
+    )
+    audit = work / "bridge-audit.jsonl"
+    overrides = [f"++{BRIDGE}.resources_servers.{BRIDGE}.bridge.audit_log={audit}"]
+    if observability:
+        overrides += ["++observability_enabled=true", f"++model_call_capture_dir={work / 'model-calls'}"]
+    launcher = Launcher(gym07_python, "gym env start", work, path=clis)
+    with StubPolicyEndpoint() as stub:
+        for row, plan, _ in cases:
+            stub.add(row["responses_create_params"], plan)
+        config_paths = [f"examples/gym/{agent}.yaml" for agent in AGENTS] + [
+            str(reference_config(work, remote))
+        ]
+        policy = [
+            f"+policy_base_url={stub.root_url}/v1",
+            "+policy_api_key=stub-key",
+            "+policy_model_name=stub-model",
+        ]
+        try:
+            launcher.start(config_paths, policy + overrides, "0.7.0")
+            print(f"\ngym env start: all servers ready after {launcher.ready_s:.0f}s")
+            rows = [
+                {**row, "agent_ref": {"name": instance}}
+                for instance in agent_instances(remote is not None)
+                for row, _, _ in cases
+            ]
+            started = time.monotonic()
+            out = launcher.collect(rows, "all")
+            print(f"ng_collect_rollouts: {len(out)} rollouts in {time.monotonic() - started:.0f}s")
+            assert stub.unknown == [], stub.unknown
+            rollouts = {}
+            for rollout in out:
+                task = int(rollout["_ng_task_index"])
+                rollouts[(rows[task]["agent_ref"]["name"], task % len(cases))] = rollout
+            yield Launched(
+                observability,
+                launcher,
+                rows,
+                rollouts,
+                read_jsonl(audit),
+                read_jsonl(Path(remote_bridge.env["GYM_MCP_BRIDGE_AUDIT_LOG"])),
+                [kind for _, _, kind in cases],
+            )
+        finally:
+            launcher.stop()
+
+
+def function_calls(rollout: dict[str, Any]) -> list[dict[str, Any]]:
+    return [o for o in rollout["response"]["output"] if o.get("type") == "function_call"]
+
+
+def tool_outputs(rollout: dict[str, Any]) -> list[str]:
+    return [o["output"] for o in rollout["response"]["output"] if o.get("type") == "function_call_output"]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_rewards_through_the_launched_bridge_equal_gyms_in_process_mcp(
+    launched: Launched, agent: str
+) -> None:
+    bridged = [launched.rollouts[(agent, case)] for case in range(len(launched.cases))]
+    reference = [launched.rollouts[(f"{agent}_in_process", case)] for case in range(len(launched.cases))]
+    got = [float(r["reward"]) for r in bridged]
+    expected = [float(r["reward"]) for r in reference]
+    print(f"\n{agent}: bridge {got}, Gym in-process MCP {expected} ({launched.cases})")
+    assert expected == [0.0 if kind == "control" else 1.0 for kind in launched.cases]
+    assert got == expected
+    for via_bridge, in_process in zip(bridged, reference, strict=True):
+        assert len(function_calls(via_bridge)) == len(function_calls(in_process)) == 2
+        assert via_bridge["_bridge"]["recorded_tool_calls"] == 2, via_bridge["_bridge"]
+        assert via_bridge["_bridge"]["unresolved"] == []
+        assert "_bridge" not in in_process
+        if agent == "simple_agent":  # plain HTTP tool calls: the upstream's own answers, both ways
+            assert tool_outputs(via_bridge) == tool_outputs(in_process)
+
+
+@pytest.mark.parametrize("agent", ["claude_code_agent"])
+def test_mcp_server_name_is_the_gym_instance_name(launched: Launched, agent: str) -> None:
+    """Claude Code prefixes each MCP tool with the server name it was given (``mcp__<name>__<tool>``):
+    the seed's ``server_name``, which for Gym's own exposure is the instance name. The bridge started
+    by the launcher names itself the same way."""
+    for instance, server in ((agent, BRIDGE), (f"{agent}_in_process", IN_PROCESS)):
+        names = {c["name"] for c in function_calls(launched.rollouts[(instance, 0)])}
+        assert names == {f"mcp__{server}__increment_counter", f"mcp__{server}__get_counter_value"}
+
+
+def test_the_bridges_record_shows_every_call(launched: Launched) -> None:
+    """The bridge's audit log: two calls for each bridged rollout (over plain HTTP for simple_agent,
+    over MCP for the CLIs), none for the rollouts that went to Gym's in-process exposure."""
+    per_agent = len(launched.cases) * 2
+    transports = sorted(line["transport"] for line in launched.audit)
+    assert len(launched.audit) == 3 * per_agent, launched.audit
+    assert transports.count("mcp") == 2 * per_agent, transports  # Claude Code, Codex
+    assert {line["outcome"] for line in launched.audit} == {"ok"}
+    if not launched.observability:
+        assert len(launched.remote_audit) == per_agent  # simple_agent_remote's, on the remote bridge
+
+
+def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
+    """With ``observability_enabled: true`` Gym's rollout id (``<task>-<rollout>``) prefixes every
+    resources-server request; the bridge keeps it in its audit log and in the signed provenance."""
+    bridged = [r for (instance, _), r in launched.rollouts.items() if instance in AGENTS]
+    ids = [f"{r['_ng_task_index']}-{r['_ng_rollout_index']}" for r in bridged]
+    if not launched.observability:
+        assert all("rollout_id" not in r["_bridge"]["provenance"] for r in bridged)
+        assert all("rollout_id" not in line for line in launched.audit)
+        return
+    for rollout_id, rollout in zip(ids, bridged, strict=True):
+        assert rollout["_bridge"]["provenance"]["rollout_id"] == rollout_id, rollout["_bridge"]
+    assert sorted(line.get("rollout_id", "") for line in launched.audit) == sorted(ids * 2)
+    # Gym's real model server was in the path: it captured the model calls of every rollout
+    captured = list((launched.launcher.work / "model-calls").rglob("*"))
+    assert any(path.is_file() for path in captured), captured
+
+
+def test_remote_bridge_watched_by_the_launcher(launched: Launched, remote_bridge: BridgeProcess) -> None:
+    """A bridge running elsewhere: the entry serves nothing, the launcher's process stays up, rows
+    collect through the remote bridge, and when it goes away the launcher's output says so in one line."""
+    if launched.observability:
+        pytest.skip("the remote mode is checked in the plain launch")
+    rewards = [
+        float(launched.rollouts[("simple_agent_remote", case)]["reward"])
+        for case in range(len(launched.cases))
+    ]
+    assert rewards == [0.0 if kind == "control" else 1.0 for kind in launched.cases]
+    assert (
+        f"{BRIDGE}: {REMOTE} is the remote bridge at {remote_bridge.url}; nothing is served here"
+        in launched.launcher.log()
+    )
+    remote_bridge.stop()
+    pattern = re.compile(rf"{BRIDGE}: remote bridge {re.escape(remote_bridge.url)} unreachable: .+")
+    deadline = time.monotonic() + 30
+    while pattern.search(launched.launcher.log()) is None:
+        assert time.monotonic() < deadline, launched.launcher.log()[-3000:]
+        time.sleep(0.5)
+    assert launched.launcher.proc is not None and launched.launcher.proc.poll() is None  # the launch goes on
