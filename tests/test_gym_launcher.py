@@ -38,10 +38,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, BridgeProcess
-from tests.interop.gym_launcher import Launcher
+from tests.interop.gym_launcher import Launcher, counter_cases, shipped_rows
 from tests.interop.node import installed_cli
-from tests.interop.stubs.common import counter_solution
-from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint
+from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
 
 ENV = "example_session_state_mgmt"
 AGENTS = ("simple_agent", "claude_code_agent", "codex_agent")
@@ -49,7 +48,6 @@ BRIDGE = "gym_mcp_bridge"  # the bridge's instance name in the example configs
 IN_PROCESS = "gym_in_process"
 REMOTE = "gym_mcp_bridge_remote"
 EXAMPLES = ROOT / "examples" / "gym"
-CONTROL = " Then stop."  # the control row's prompt: row 0's, with this appended
 CLAUDE_VERSION = "2.1.332"
 CODEX_VERSION = "0.144.4"  # nemo-gym 0.7.0's codex_agent pin (configs/codex_agent.yaml)
 pytestmark = pytest.mark.timeout(2400)
@@ -64,18 +62,6 @@ class Launched:
     audit: list[dict[str, Any]]  # the launched bridge's audit log
     remote_audit: list[dict[str, Any]]
     cases: list[str]  # "solution" / "control", per case index
-
-
-def shipped_rows(gym07_python: Path) -> list[dict[str, Any]]:
-    site = next((gym07_python.parent.parent / "lib").glob("python3.*/site-packages"))
-    path = site / "resources_servers" / ENV / "data" / "example.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def with_prompt(row: dict[str, Any], suffix: str) -> dict[str, Any]:
-    params = json.loads(json.dumps(row["responses_create_params"]))
-    params["input"][0]["content"] += suffix
-    return {**row, "responses_create_params": params}
 
 
 def reference_config(work: Path, remote: BridgeProcess | None) -> Path:
@@ -164,20 +150,15 @@ def launched(
     observability: bool = request.param
     work = tmp_path_factory.mktemp("gym-launcher-observability" if observability else "gym-launcher")
     remote = None if observability else remote_bridge
-    shipped = shipped_rows(gym07_python)
-    cases = [(shipped[i], Plan(counter_solution(shipped[i])), "solution") for i in (0, 1, 2)]
-    (name, args), *rest = counter_solution(shipped[0])
-    cases.append(
-        (with_prompt(shipped[0], CONTROL), Plan([(name, {"count": args["count"] - 1}), *rest]), "control")
-    )
+    cases = counter_cases(shipped_rows(gym07_python, ENV))
     audit = work / "bridge-audit.jsonl"
     overrides = [f"++{BRIDGE}.resources_servers.{BRIDGE}.bridge.audit_log={audit}"]
     if observability:
         overrides += ["++observability_enabled=true", f"++model_call_capture_dir={work / 'model-calls'}"]
     launcher = Launcher(gym07_python, "gym env start", work, path=clis)
     with StubPolicyEndpoint() as stub:
-        for row, plan, _ in cases:
-            stub.add(row["responses_create_params"], plan)
+        for case in cases:
+            stub.add(case.row["responses_create_params"], case.plan)
         config_paths = [f"examples/gym/{agent}.yaml" for agent in AGENTS] + [
             str(reference_config(work, remote))
         ]
@@ -190,9 +171,9 @@ def launched(
             launcher.start(config_paths, policy + overrides, "0.7.0")
             print(f"\ngym env start: all servers ready after {launcher.ready_s:.0f}s")
             rows = [
-                {**row, "agent_ref": {"name": instance}}
+                {**case.row, "agent_ref": {"name": instance}}
                 for instance in agent_instances(remote is not None)
-                for row, _, _ in cases
+                for case in cases
             ]
             started = time.monotonic()
             out = launcher.collect(rows, "all")
@@ -209,7 +190,7 @@ def launched(
                 rollouts,
                 read_jsonl(audit),
                 read_jsonl(Path(remote_bridge.env["GYM_MCP_BRIDGE_AUDIT_LOG"])),
-                [kind for _, _, kind in cases],
+                [case.kind for case in cases],
             )
         finally:
             launcher.stop()

@@ -216,6 +216,9 @@ async def serve(settings: Settings) -> None:
         signal.signal(signum, lambda *_: None)
     try:
         await server.serve(sockets=[sock])
+    except SystemExit:  # uvicorn's exit after a startup the app failed (listen_when_ready)
+        if front.failure is None:
+            return
     finally:
         tracing.shutdown()
     if front.failure is not None:

@@ -83,9 +83,8 @@ class ServingApp:
                 self._life = asyncio.create_task(self._live())
                 if self.settings.listen_when_ready and not await self._settle():
                     await self._stop()
-                    await send(
-                        {"type": "lifespan.startup.failed", "message": self.failure or "stopped by a signal"}
-                    )
+                    # no message: ``serve`` says why in its own one line once uvicorn exits (SystemExit 3)
+                    await send({"type": "lifespan.startup.failed", "message": ""})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

@@ -12,7 +12,7 @@ What differs from the README's two commands, and why (each is a documented launc
   server venvs, caches, results and Hydra's ``outputs/`` into the working directory, the checkout;
   the venvs go to ``.cache/gym-launcher/venvs-<version>`` (kept between runs, as a user's are).
 * ``++uv_cache_dir``: uv's own cache instead of a fresh one per run (what a user's machine has).
-* ``+head_server.port``: a free port instead of 11000, which other Gym processes of the suite may hold.
+* ``+head_server.host`` / ``+head_server.port``: 127.0.0.1 and a free port instead of 11000, which other Gym processes of the suite may hold.
 * The environment: the CLIs' pinned npm sets on ``PATH``; the Gym environment's base interpreter and
   uv on ``PATH`` (Gym builds each server venv with ``uv venv --python <the launcher's version>``);
   ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` so that the Ray cluster the launcher starts binds loopback;
@@ -36,9 +36,38 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.procs import free_port
+from tests.interop.stubs.common import counter_solution
+from tests.interop.stubs.gym_model_stub import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"All (\d+) / \d+ servers ready")
+CONTROL = " Then stop."  # the control row's prompt: row 0's with this appended
+
+
+@dataclass
+class Case:
+    row: dict[str, Any]
+    plan: Plan
+    kind: str  # "solution" (the stub replays the row's solution: 1.0) or "control" (one short: 0.0)
+
+
+def shipped_rows(gym_python: Path, env: str) -> list[dict[str, Any]]:
+    """An environment's ``data/example.jsonl`` rows as the Gym environment of ``gym_python`` ships them."""
+    site = next((gym_python.parent.parent / "lib").glob("python3.*/site-packages"))
+    path = site / "resources_servers" / env / "data" / "example.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def counter_cases(rows: list[dict[str, Any]]) -> list[Case]:
+    """``example_session_state_mgmt`` rows 0-2 with their solutions, and a control: row 0 under another
+    prompt (so that a stub behind a CLI, which keeps no row metadata, tells it apart), one short."""
+    cases = [Case(rows[i], Plan(counter_solution(rows[i])), "solution") for i in (0, 1, 2)]
+    (name, args), *rest = counter_solution(rows[0])
+    params = json.loads(json.dumps(rows[0]["responses_create_params"]))
+    params["input"][0]["content"] += CONTROL
+    control = {**rows[0], "responses_create_params": params}
+    cases.append(Case(control, Plan([(name, {"count": args["count"] - 1}), *rest]), "control"))
+    return cases
 
 
 def uv_bin() -> Path:
@@ -113,6 +142,7 @@ class Launcher:
             f"++uv_cache_dir={uv_cache}",
             f"++results_dir={self.work / 'results'}",
             f"hydra.run.dir={self.work / 'outputs'}",
+            "+head_server.host=127.0.0.1",
             f"+head_server.port={self.head_port}",
         ]
 
@@ -160,6 +190,7 @@ class Launcher:
                 str(self.gym_python.parent / "ng_collect_rollouts"),
                 f"+input_jsonl_fpath={given}",
                 f"+output_jsonl_fpath={out}",
+                "+head_server.host=127.0.0.1",
                 f"+head_server.port={self.head_port}",
                 f"hydra.run.dir={self.work / 'outputs'}",
             ],
