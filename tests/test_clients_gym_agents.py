@@ -200,9 +200,10 @@ def run_rows(
     """Each row posted to its agent server's ``/run``, one at a time: the request Gym's collection
     sends for a flat row (``nemo_gym/rollout_collection.py``: ``server_client.post(<agent_ref.name>,
     "/run", row)``, through the ``legacy_agent`` environment server Gym generates per agent, which
-    forwards the row to the agent's ``/run``). ``ng_collect_rollouts`` itself, relays included, runs
-    through the bridge in tests/test_clients_gym07_collect.py (with ``simple_agent``); here each harness
-    agent gets the same request without the relay, which would start a Ray cluster per agent.
+    forwards the row to the agent's ``/run``). Gym's launcher and ``ng_collect_rollouts`` themselves,
+    relays and Ray included, run ``claude_code_agent``, ``codex_agent`` and ``simple_agent`` through the
+    bridge in tests/test_gym_launcher.py; here every harness agent gets the same request without the
+    relay, which started outside the launcher would start a Ray cluster per agent.
     Beside each rollout: the tool calls the bridge served meanwhile, by transport (its /metrics)."""
     out = []
     for row in rows:

@@ -98,7 +98,8 @@ os.environ["NEMO_GYM_CONFIG_DICT"] = config_yaml
 # bridge) and the legacy_agent environment servers Gym 0.7 generates per agent: the test posts each
 # row to the agent's /run itself (what such a relay forwards), and each relay would start a Ray
 # cluster of its own (legacy_agent declares no ray_enabled), which times out on a loaded 2-core
-# machine. ng_collect_rollouts reaches an agent only through its relay: tests/test_clients_gym07_collect.py
+# machine. The real road, Gym's launcher and ng_collect_rollouts with the relays and Ray as Gym starts
+# them, runs claude_code_agent, codex_agent and simple_agent in tests/test_gym_launcher.py.
 served: dict[str, tuple[Path, str, int]] = {}
 for name, top in global_config.items():
     if name in external or not OmegaConf.is_dict(top):

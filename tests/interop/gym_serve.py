@@ -1,6 +1,6 @@
 """Several of Gym's FastAPI apps served from one process on one event loop (uvicorn), and the
 readiness file written once all of them answer: what the Gym servers scripts share
-(``gym_collect_servers.py`` for nemo-gym 0.4.0, ``gym07_collect_servers.py`` for 0.7.0). Runs in a
+(``gym_collect_servers.py`` for nemo-gym 0.4.0). Runs in a
 Gym interpreter; those scripts import it from their own folder (the script's folder is
 ``sys.path[0]``).
 """
