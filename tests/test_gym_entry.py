@@ -204,3 +204,81 @@ def test_remote_mode_serves_nothing_and_says_when_the_bridge_is_unreachable(gym0
     assert lines[1].startswith(f"gym_mcp_bridge: remote bridge http://127.0.0.1:{port} unreachable: ")
     assert len(lines) == 2  # said once, not on every check
     assert proc.returncode == 0
+
+
+PARSE = """
+import json, sys, yaml
+from nemo_gym.global_config import GlobalConfigDictParser, GlobalConfigDictParserConfig
+from omegaconf import OmegaConf
+given = yaml.safe_load(sys.stdin.read())
+parsed = GlobalConfigDictParser().parse(GlobalConfigDictParserConfig(
+    initial_global_config_dict=OmegaConf.create(given), skip_load_from_cli=True, skip_load_from_dotenv=True))
+block = OmegaConf.to_container(parsed["gym_mcp_bridge"]["resources_servers"]["gym_mcp_bridge"], resolve=True)
+print(json.dumps(block))
+"""
+
+
+def docs_gym_blocks() -> list[dict[str, Any]]:
+    """The ``gym_mcp_bridge`` instances docs/clients.md gives in its launcher section."""
+    text = (ROOT / "docs" / "clients.md").read_text()
+    section = text[
+        text.index("## With Gym's own launcher") : text.index("### Measured on the launcher's road")
+    ]
+    blocks = [yaml.safe_load(part.split("```")[0]) for part in section.split("```yaml\n")[1:]]
+    return [block for block in blocks if "gym_mcp_bridge" in block]
+
+
+def test_the_configs_the_docs_give_are_accepted_by_gyms_parser_and_the_entry(gym07_python: Path) -> None:
+    """Each instance block of the docs (local, Compose, Kubernetes), with an agent naming it, through
+    nemo-gym 0.7.0's own config parser (what the launcher runs first); the Compose one through the
+    entry as the launcher starts it: remote mode, nothing served."""
+    blocks = docs_gym_blocks()
+    assert len(blocks) == 3
+    agent = {
+        "simple_agent": {
+            "responses_api_agents": {
+                "simple_agent": {
+                    "entrypoint": "app.py",
+                    "resources_server": {"type": "resources_servers", "name": "gym_mcp_bridge"},
+                    "model_server": {"type": "responses_api_models", "name": "policy_model"},
+                }
+            }
+        },
+        "policy_model": {
+            "responses_api_models": {"openai_model": {"entrypoint": "app.py", "openai_model": "m"}}
+        },
+    }
+    remote = 0
+    for given in blocks:
+        result = subprocess.run(
+            [str(gym07_python), "-c", PARSE],
+            input=yaml.safe_dump({**given, **agent}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        parsed = json.loads(result.stdout.strip().splitlines()[-1])
+        original = given["gym_mcp_bridge"]["resources_servers"]["gym_mcp_bridge"]
+        assert {key: parsed[key] for key in original} == original
+        remote += "bridge_url" in original
+        # the entry run on the loopback one only: the cluster's DNS name is not to be looked up from here
+        if "bridge_url" in original and original["host"] == "127.0.0.1":
+            config = {"gym_mcp_bridge": {"resources_servers": {"gym_mcp_bridge": parsed}}}
+            env = {
+                **os.environ,
+                "NEMO_GYM_CONFIG_PATH": "gym_mcp_bridge",
+                "NEMO_GYM_CONFIG_DICT": yaml.safe_dump(config),
+            }
+            proc = subprocess.Popen(
+                [str(gym07_python), str(APP)], cwd=ENTRY, env=env, stderr=subprocess.PIPE, text=True
+            )
+            time.sleep(2)
+            assert proc.poll() is None
+            proc.terminate()
+            first = proc.communicate(timeout=10)[1].splitlines()[0]
+            assert (
+                first
+                == f"gym_mcp_bridge: gym_mcp_bridge is the remote bridge at {original['bridge_url']}; nothing is served here"
+            )
+    assert remote == 2
