@@ -2,7 +2,8 @@
 
 Each line: ``time`` (UTC, ISO 8601), ``session`` (a hash of the session id, as in traces),
 ``tool`` (canonical), ``emitted`` (as the harness called it), ``transport``, ``outcome``,
-``latency_ms``, ``rollout_id`` (Gym's ``/ng-rollout/<id>/`` of the session, when it had one);
+``latency_ms``, ``rollout_id`` (Gym's ``/ng-rollout/<id>/`` of the session, when it had one, as
+``bridge.rollouts.label`` bounds it: whole up to 128 characters);
 ``arguments`` only with ``--audit-log-arguments`` (they may hold what a model
 read from the task). Never results or tokens. ``service.Bridge`` writes a line (``_finish``) after the
 call; the file is appended to, line-buffered, so a crash loses at most the line being written.

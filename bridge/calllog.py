@@ -9,6 +9,7 @@ against its log byte budgets.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,15 @@ class ToolCallRecord:
 
     def __post_init__(self) -> None:
         self.size = record_size(self.arguments, self.output)
+
+    @classmethod
+    def served(
+        cls, name: str, emitted: str | None, arguments: dict[str, Any], output: str, is_error: bool,
+        started: float, elapsed: float,
+    ) -> ToolCallRecord:  # fmt: skip
+        """The record of a call just served, under a fresh ``call_id``."""
+        call_id = f"call_{secrets.token_hex(12)}"
+        return cls(call_id, emitted or name, name, arguments, output, is_error, started, elapsed)
 
 
 def record_size(arguments: dict[str, Any], output: str) -> int:

@@ -61,10 +61,10 @@ def answered(response: UpstreamResponse) -> ToolOutcome:
     )
 
 
-def mcp_answered(status: int, text: str, is_error: bool, structured: Any) -> ToolOutcome:
+def mcp_answered(response: UpstreamResponse, text: str, is_error: bool, structured: Any) -> ToolOutcome:
     """An MCP-native upstream's ``tools/call`` result, as that endpoint gave it."""
     return ToolOutcome(
-        status=status,
+        status=response.status_code,
         body=orjson.dumps(structured) if structured is not None else text.encode(),
         content_type="application/json" if structured is not None else "text/plain; charset=utf-8",
         is_error=is_error,

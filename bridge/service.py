@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 import orjson
 from opentelemetry.trace import SpanKind
 
-from bridge import discovery, outcomes, tracing
+from bridge import discovery, outcomes, rollouts, tracing
 from bridge import tools as tools_mod
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
@@ -51,7 +50,7 @@ from bridge.upstream import (
     UpstreamUnavailable,
 )
 from bridge.upstream import mcp as upstream_mcp
-from bridge.upstream.cookies import merge_cookies
+from bridge.upstream.cookies import request_headers
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -230,15 +229,16 @@ class Bridge:
         generation = self.upstream.generation
         if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
             response = await self.upstream.post(
-                self._path("/seed_session", rollout), body, _json_headers(cookie_header)
+                self._path("/seed_session", rollout), body, request_headers(cookie_header)
             )
         else:  # Gym's GymnasiumServer has no /seed_session: its first call (/reset) opens its session
             response = UpstreamResponse(200, [(b"content-type", b"application/json")], b"{}")
         if not response.is_success:
             return response, None
-        cookie = merge_cookies(cookie_header, response.header_list("set-cookie"))
         try:
-            session = self.sessions.create(body, cookie, self.toolsets.for_row(row_tools), generation)
+            session = self.sessions.create(
+                body, response.cookie_jar(cookie_header), self.toolsets.for_row(row_tools), generation
+            )
         except SessionCapReached as exc:
             raise Rejected(str(exc), "cap", retry_after=5) from exc
         session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
@@ -289,10 +289,9 @@ class Bridge:
         clock = time.perf_counter()
         try:
             path = self._path(f"/{name}", rollout or session.rollout_id)
-            response = await self.upstream.post(path, body, _json_headers(session.cookie))
+            response = await self.upstream.post(path, body, request_headers(session.cookie))
             outcome = outcomes.answered(response)
-            if outcome.set_cookies:
-                session.cookie = merge_cookies(session.cookie, outcome.set_cookies)
+            session.cookie = response.cookie_jar(session.cookie)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
@@ -306,10 +305,11 @@ class Bridge:
         started = time.time()
         clock = time.perf_counter()
         try:
-            response, text, is_error, structured = await upstream_mcp.call(
-                self.upstream, session.upstream_headers, name, arguments, self.settings.tool_timeout_s
+            outcome = outcomes.mcp_answered(
+                *await upstream_mcp.call(
+                    self.upstream, session.upstream_headers, name, arguments, self.settings.tool_timeout_s
+                )
             )
-            outcome = outcomes.mcp_answered(response.status_code, text, is_error, structured)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
@@ -328,19 +328,10 @@ class Bridge:
     ) -> None:
         """Log the call in the session and count it."""
         elapsed = time.perf_counter() - clock
-        self.sessions.record(
-            session,
-            ToolCallRecord(
-                call_id=f"call_{secrets.token_hex(12)}",
-                emitted_name=emitted or name,
-                canonical_name=name,
-                arguments=arguments,
-                output=outcome.message,
-                is_error=outcome.is_error,
-                started_at=started,
-                duration_s=elapsed,
-            ),
+        record = ToolCallRecord.served(
+            name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed
         )
+        self.sessions.record(session, record)
         label = (
             name if self.toolsets is not None and name in self.toolsets.openapi.tools else OTHER_TOOLS_LABEL
         )
@@ -348,20 +339,11 @@ class Bridge:
         self.metrics.tool_call(label, transport, result, elapsed)
         if tracing.ENABLED or self.audit is not None:
             digest = tracing.session_hash(session.sid)
-            rollout = {"gym.rollout_id": session.rollout_id} if session.rollout_id else {}
-            tracing.annotate(
-                **{
-                    "gym.tool": emitted or name,
-                    "gym.tool.canonical": name,
-                    "gym.outcome": result,
-                    "gym.session": digest,
-                    **rollout,
-                }
-            )
+            shown = rollouts.label(session.rollout_id) if session.rollout_id else None  # None: not set
+            attributes = {"gym.tool": emitted or name, "gym.tool.canonical": name, "gym.outcome": result}
+            tracing.annotate(**attributes, **{"gym.session": digest, "gym.rollout_id": shown})
             if self.audit is not None:
-                self.audit.record(
-                    digest, name, emitted or name, transport, result, elapsed, arguments, session.rollout_id
-                )
+                self.audit.record(digest, name, emitted or name, transport, result, elapsed, arguments, shown)
 
     async def forward(
         self,
@@ -372,7 +354,7 @@ class Bridge:
         rollout: str | None = None,
     ) -> UpstreamResponse:
         path = self._path(path, rollout)
-        return await self.upstream.post(path, body, _json_headers(cookie_header), timeout=timeout)
+        return await self.upstream.post(path, body, request_headers(cookie_header), timeout=timeout)
 
     async def verify(
         self, session: Session | None, body: dict[str, Any], cookies: str, rollout: str | None = None
@@ -381,9 +363,10 @@ class Bridge:
         the upstream's answer as it came when it is no JSON object, else with the caller's names, the
         ``_bridge`` report and, for a session, the signed provenance of the calls it scored."""
         attributes = {"gym.session": tracing.session_hash(session.sid)} if session is not None else {}
+        asked = rollout  # the verify's own /ng-rollout/<id>/, if any
         rollout = rollout or (session.rollout_id if session is not None else None)
         if rollout:
-            attributes["gym.rollout_id"] = rollout
+            attributes["gym.rollout_id"] = rollouts.label(rollout)
         with tracing.span("verify", SpanKind.INTERNAL, **attributes):
             started = time.perf_counter()
             if (
@@ -432,15 +415,16 @@ class Bridge:
                 return VerifyOutcome(answer, None, None)
             signed = None
             if session is not None:
-                scored = [
-                    provenance.ScoredCall(
-                        str(item.get("call_id")), str(item.get("name")), item.get("arguments")
+                scored = provenance.scored_calls(trajectory.function_calls(prepared.response))
+                other = asked if asked is not None and asked != session.rollout_id else None
+                if other is not None:  # reported (signed), never a reason to change the reward
+                    hashed, shown = tracing.session_hash(session.sid), rollouts.label(other)
+                    log.info(
+                        "verify of session %s under another rollout id than its seed's: %r", hashed, shown
                     )
-                    for item in trajectory.function_calls(prepared.response)
-                ]
-                signed = provenance.attest(session.sid, scored, session.calls, self.keys[0])
-                if session.rollout_id:  # correlation for operators; not covered by the MACs
-                    signed["rollout_id"] = session.rollout_id
+                signed = provenance.attest(
+                    session.sid, scored, session.calls, self.keys[0], session.rollout_id, other
+                )
             payload, header = verify_mod.finish(prepared, payload, signed)
             self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
             return VerifyOutcome(answer, payload, header)
@@ -458,10 +442,3 @@ class Bridge:
             self.metrics.sessions_active.set(len(self.sessions))
             self.metrics.upstream_up.set(1 if self.not_ready_reason() is None else 0)
             self.metrics.upstream_restarts.set(self.upstream.restarts)
-
-
-def _json_headers(cookie_header: str) -> dict[str, str]:
-    headers = {"content-type": "application/json"}
-    if cookie_header:
-        headers["cookie"] = cookie_header
-    return headers

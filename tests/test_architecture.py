@@ -1,8 +1,11 @@
 """Imports point one way along the request path (issue 13): every module under bridge/ is parsed with
 ``ast`` (imports at module level and inside functions alike, relative ones resolved) and checked:
 
-* ``bridge/upstream/*`` imports only ``bridge.upstream.*``, ``bridge.settings`` and ``bridge.tracing``;
-* ``bridge/scoring/*`` imports only ``bridge.scoring.*`` and ``bridge.calllog``;
+* ``bridge/upstream/*`` imports only ``bridge.upstream.*``, ``bridge.settings``, ``bridge.tracing`` and
+  the leaves;
+* ``bridge/scoring/*`` imports only ``bridge.scoring.*``, ``bridge.calllog`` and the leaves;
+* a leaf (``LEAVES``: a rule every layer applies, such as Gym's rollout-id pattern) imports nothing
+  of bridge/, so any layer may import it;
 * the service-level modules (``SERVICE_LEVEL``) never import ``bridge.http``, ``bridge.commands`` or
   starlette;
 * ``bridge/http/*`` never imports ``bridge.commands``;
@@ -41,6 +44,7 @@ SERVICE_LEVEL = frozenset(
         "tracing",
     )
 )
+LEAVES = frozenset({"bridge.rollouts"})  # import nothing of bridge/; every layer may import them
 ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
 
 
@@ -87,14 +91,21 @@ def violations(module: str, source: str) -> list[str]:
     where = MODULES[module].relative_to(ROOT) if module in MODULES else module
     for line, name in imported(module, source):
         rule: str | None = None
-        if within(module, "bridge.upstream"):
+        if module in LEAVES:
+            if within(name, "bridge"):
+                rule = "a leaf imports nothing of bridge/"
+        elif within(module, "bridge.upstream"):
             if within(name, "bridge") and not (
-                within(name, "bridge.upstream") or name in {"bridge.settings", "bridge.tracing"}
+                within(name, "bridge.upstream") or name in {"bridge.settings", "bridge.tracing", *LEAVES}
             ):
-                rule = "bridge/upstream imports only bridge.upstream.*, bridge.settings, bridge.tracing"
+                rule = (
+                    "bridge/upstream imports only bridge.upstream.*, bridge.settings, bridge.tracing, leaves"
+                )
         elif within(module, "bridge.scoring"):
-            if within(name, "bridge") and not (within(name, "bridge.scoring") or name == "bridge.calllog"):
-                rule = "bridge/scoring imports only bridge.scoring.* and bridge.calllog"
+            if within(name, "bridge") and not (
+                within(name, "bridge.scoring") or name == "bridge.calllog" or name in LEAVES
+            ):
+                rule = "bridge/scoring imports only bridge.scoring.*, bridge.calllog and leaves"
         elif module in SERVICE_LEVEL:
             if any(within(name, banned) for banned in ("bridge.http", "bridge.commands", "starlette")):
                 rule = "service-level modules never import bridge.http, bridge.commands or starlette"
@@ -122,7 +133,7 @@ def test_imports_point_one_way(module: str) -> None:
 
 def test_every_top_level_module_has_a_layer() -> None:
     top_level = {m for m in MODULES if m.count(".") == 1 and not is_package(m)}
-    unplaced = sorted(top_level - SERVICE_LEVEL - ENTRY_POINTS)
+    unplaced = sorted(top_level - SERVICE_LEVEL - LEAVES - ENTRY_POINTS)
     assert not unplaced, (
         f"{', '.join(unplaced)}: a top-level module of bridge/ is service-level; add it to SERVICE_LEVEL "
         "in tests/test_architecture.py (or move it under bridge/http, bridge/scoring, bridge/upstream)"
@@ -133,7 +144,7 @@ def test_the_layers_exist() -> None:
     """The rules are not vacuous: every layer they name has modules, and every service-level module exists."""
     for layer in ("bridge.http", "bridge.scoring", "bridge.upstream", "bridge.commands"):
         assert sum(within(m, layer) for m in MODULES) > 1, f"no modules under {layer}"
-    missing = sorted(SERVICE_LEVEL - set(MODULES))
+    missing = sorted((SERVICE_LEVEL | LEAVES) - set(MODULES))
     assert not missing, f"service-level module(s) not found: {', '.join(missing)}"
 
 
@@ -208,6 +219,8 @@ def test_checker_catches_an_import_circle() -> None:
         ("bridge.scoring.verify", "from bridge.tools import name_problem", "bridge.tools"),
         ("bridge.scoring.naming", "from bridge.upstream import Upstream", "bridge.upstream"),
         ("bridge.http.rest", "from bridge.commands.replay import main", "bridge.commands.replay"),
+        ("bridge.rollouts", "from bridge.settings import Settings", "bridge.settings"),
+        ("bridge.rollouts", "def later():\n    from bridge import tracing", "bridge.tracing"),
     ],
 )
 def test_checker_catches_a_forbidden_import(module: str, added: str, offending: str) -> None:
@@ -228,6 +241,8 @@ def test_checker_catches_a_forbidden_import(module: str, added: str, offending: 
         ("bridge.service", "from bridge.scoring import verify"),
         ("bridge.http.rest", "from bridge.service import Bridge"),
         ("bridge.commands.cli", "from bridge.http.serving import ServingApp"),
+        ("bridge.upstream.transport", "from bridge.rollouts import ID_PATTERN"),
+        ("bridge.scoring.provenance", "from bridge.rollouts import label"),
     ],
 )
 def test_checker_allows_imports_along_the_path(module: str, added: str) -> None:

@@ -135,3 +135,41 @@ async def test_provenance_check_accepts_served_calls_and_names_every_other(
         [*BRIDGE, "provenance", "check", str(garbage)], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "provenance" in bad.stderr
+
+
+async def test_the_rollout_id_is_signed_whole_and_an_edit_of_it_fails_the_check(
+    counter_bridge: BridgeProcess, tmp_path: Path
+) -> None:
+    """Seeded and verified under Gym 0.7's ``/ng-rollout/<id>/`` with a long id: the answer carries
+    the id whole, ``provenance check`` passes, and fails once the stored id is edited. A verify under
+    another rollout's prefix keeps the reward and says so, signed."""
+    rollout = "r" * 5000 + "-a1"
+    seeded = httpx.post(
+        f"{counter_bridge.url}/ng-rollout/{rollout}/seed_session", json=counter_row(1, 6), timeout=30
+    )
+    token = seeded.json()["mcp"]["headers"][HEADER]
+    async with mcp_client(f"{counter_bridge.url}/mcp", token) as client:
+        await client.call_tool("increment_counter", {"count": 5})
+    body = {"response": response_of(call("c1", "increment_counter", {"count": 5}))}
+    verified = httpx.post(
+        f"{counter_bridge.url}/ng-rollout/{rollout}/verify", json=body, headers={HEADER: token}, timeout=60
+    ).json()
+    proof = verified["_bridge"]["provenance"]
+    assert proof["rollout_id"] == rollout and "verify_rollout_id" not in proof
+    out = check(verified, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "(provenance)\tok" in out.stdout and len(out.stdout) < 2000  # the id labelled, not echoed whole
+
+    edited = copy.deepcopy(verified)
+    edited["_bridge"]["provenance"]["rollout_id"] = rollout.replace("-a1", "-a2")
+    out = check(edited, tmp_path)
+    assert out.returncode == 1 and "(provenance)\tFAIL" in out.stdout
+    assert "\tc1\tok\t" in out.stdout  # the call itself is still the one served
+
+    elsewhere = httpx.post(
+        f"{counter_bridge.url}/ng-rollout/other-9/verify", json=body, headers={HEADER: token}, timeout=60
+    ).json()
+    assert elsewhere["reward"] == verified["reward"] == 1.0
+    assert elsewhere["_bridge"]["provenance"]["rollout_id"] == rollout
+    assert elsewhere["_bridge"]["provenance"]["verify_rollout_id"] == "other-9"
+    assert check(elsewhere, tmp_path).returncode == 0

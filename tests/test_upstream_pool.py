@@ -281,6 +281,13 @@ BAD_PATHS = [
     "/%0d%0a",
     "/caf\u00e9",
     "/\u2603",
+    "/ng-rollout/.x/seed_session",  # an id breaking nemo-gym's ROLLOUT_ID_PATTERN
+    "/ng-rollout/-x/seed_session",
+    "/ng-rollout//seed_session",
+    "/ng-rollout/a b/seed_session",
+    "/ng-rollout/a\n/seed_session",
+    "/ng-rollout/x/seed_session\n",
+    "/ng-rollout/x",
 ]
 BAD_HEADERS = [
     {"cookie": "a=1\r\npost /x http/1.1"},
@@ -337,6 +344,8 @@ async def test_the_pool_refuses_unsafe_requests_before_writing(
         "/get_counter_value",
         "/a.b-c_D9",
         "/" + "a" * 128,
+        "/ng-rollout/7-3/seed_session",
+        "/ng-rollout/" + "r" * 60_000 + "/verify",  # Gym's pattern has no length cap
     ],
 )
 async def test_every_path_the_bridge_posts_is_accepted(upstream: Misbehaving, path: str) -> None:

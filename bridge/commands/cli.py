@@ -295,7 +295,7 @@ def cmd_provenance(args: argparse.Namespace) -> int:
     except (OSError, ValueError, ValidationError) as exc:
         print(f"gym-mcp-bridge provenance: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    print(f"{failed} of the calls failed the check" if failed else "every call was served by the bridge")
+    print(f"{failed} of the checks failed" if failed else "every call was served by the bridge")
     return 1 if failed else 0
 
 

@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import tracing
+from bridge import rollouts, tracing
 from bridge.http import prefixes
 from bridge.http.mcp import McpEndpoint
 from bridge.http.requests import (
@@ -204,7 +204,7 @@ async def _answer_error(
 
 def _rollout_attribute(scope: Scope) -> dict[str, str]:
     found = prefixes.rollout_id(scope)
-    return {"gym.rollout_id": found} if found is not None else {}
+    return {"gym.rollout_id": rollouts.label(found)} if found is not None else {}
 
 
 def _rpc_summary(body: bytes) -> tuple[str, str | None, Any]:

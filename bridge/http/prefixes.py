@@ -9,29 +9,36 @@ strips the path sends bare paths, which are served as they are.
 **Gym's rollout prefix.** With ``observability_enabled: true`` nemo-gym 0.7's
 ``ServerClient.request`` puts ``/ng-rollout/<rollout id>`` in front of every path it sends to a
 resources server (``/seed_session``, ``/verify``, each tool, ``/close_session``), and Gym's own
-servers strip it again in ``RolloutContextMiddleware`` before routing. So does ``strip`` here; the id
-goes on in the scope (``rollout_id(scope)``) for the session, the logs, traces, audit log and
-provenance, and to an upstream that strips the prefix itself.
+servers strip it again in ``RolloutContextMiddleware`` before routing. ``strip`` routes every path
+exactly as that middleware does (``bridge.rollouts.PREFIX``: the same pattern, matched the same way):
 
-The rollout id is what a stranger wrote, so it must pass Gym's own rule (``ROLLOUT_ID_PATTERN`` in
-``nemo_gym.rollout_correlation``: a letter or digit, then letters, digits, ``.``, ``_``, ``-``) and
-this bridge's length cap before it is kept or sent anywhere; a path under ``/ng-rollout/`` that does
-not is refused with 404 and its reason, as Gym's servers answer 404 for a prefix their middleware
-does not match.
+* a path it matches is routed as its ``rest``, whatever the id's length, and a line break right at
+  its end is dropped as Gym's ``$`` drops it (``/ng-rollout/a/seed_session\\n`` is ``/seed_session``;
+  over HTTP only as ``%0A``: uvicorn refuses a raw line break in a request line). The id goes on in
+  the scope (``rollout_id(scope)``), whole, for the session, the provenance it signs, and the
+  upstream or owner replica the request is sent on to; logs, spans and the audit log get
+  ``rollouts.label(id)`` (see ``bridge.rollouts``).
+* a path under ``/ng-rollout/`` it does not match (no id, an id breaking nemo-gym's
+  ``ROLLOUT_ID_PATTERN`` -- ``..``, ``%0D%0A``, non-ASCII --, nothing after the id, a line break
+  inside) Gym hands to its app unchanged, where no route has a second path segment: 404. The bridge
+  answers that 404 itself, with a one-line reason, before its router or the upstream sees the path:
+  the same routing result, and no byte of a path Gym would not route reaches a route (DESIGN's rule:
+  nothing unvalidated on the upstream's request line). One path differs, and only on a Gym server
+  with a catch-all ``POST /{path}`` route: ``/ng-rollout/`` itself, which Starlette's trailing-slash
+  rule redirects there (307 to ``/ng-rollout``) where the bridge answers 404.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from starlette.types import Scope
 
-ROLLOUT = "/ng-rollout/"
-MAX_ID_CHARS = 128
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+from bridge.rollouts import PREFIX, ROLLOUT
+
 SCOPE_KEY = "gym_mcp_bridge.rollout_id"
+SHOWN_CHARS = 80  # of a refused path, in the reason
 
 
 def mount_path(advertise_url: str) -> str:
@@ -40,35 +47,33 @@ def mount_path(advertise_url: str) -> str:
 
 
 def strip(scope: Scope, mount: str = "") -> tuple[Scope, str | None]:
-    """(scope for the bare path, None) after removing the mount path and a valid rollout prefix;
-    (scope, refusal) for a rollout prefix whose id breaks the rule; (scope, None) unchanged for a
-    request with neither."""
+    """(scope for the routed path, None) after removing the mount path and a rollout prefix Gym's
+    middleware matches; (scope, refusal) for a path under ``/ng-rollout/`` it does not match (the
+    scope's path left as it was, as Gym leaves it); (scope, None) unchanged for any other path."""
     path: str = scope["path"]
     if mount and path.startswith(mount + "/"):
         path = path[len(mount) :]
         scope = {**scope, "path": path, "raw_path": quote(path).encode()}
-    if not path.startswith(ROLLOUT):
-        return scope, None
-    rollout, slash, rest = path[len(ROLLOUT) :].partition("/")
-    if not slash:
-        return scope, f"no route {path[:200]!r}: /ng-rollout/<rollout id>/ must be followed by a path"
-    if len(rollout) > MAX_ID_CHARS:
+    match = PREFIX.match(path)
+    if match is None:
+        if not path.startswith(ROLLOUT):
+            return scope, None
         return scope, (
-            f"rollout id too long ({len(rollout)} characters, limit {MAX_ID_CHARS}) in /ng-rollout/<id>/"
-        )
-    if "\n" in rest:  # Gym's middleware pattern does not match across a line break either
-        return scope, "no route: a line break in the path after /ng-rollout/<rollout id>/"
-    if ID_PATTERN.fullmatch(rollout) is None:
-        return scope, (
-            f"invalid rollout id {rollout[:64]!r} in /ng-rollout/<id>/: a letter or digit, then letters, "
-            "digits, '.', '_' or '-' (nemo-gym's ROLLOUT_ID_PATTERN)"
+            f"no route {path[:SHOWN_CHARS]!r}: {ROLLOUT}<rollout id>/<route> needs an id of a letter or "
+            "digit then letters, digits, '.', '_' or '-' (nemo-gym's ROLLOUT_ID_PATTERN) and a route "
+            "after it, as nemo-gym's RolloutContextMiddleware matches it"
         )
     # Routing reads ``path``; ``raw_path`` keeps the prefix (percent-encoded again, never a decoded
     # byte) so that a request relayed to the session's owner replica carries the rollout id there too.
-    return {**scope, "path": "/" + rest, "raw_path": quote(path).encode(), SCOPE_KEY: rollout}, None
+    return {
+        **scope,
+        "path": match.group("rest"),
+        "raw_path": quote(path).encode(),
+        SCOPE_KEY: match.group("rollout_id"),
+    }, None
 
 
 def rollout_id(scope: Scope | Any) -> str | None:
-    """The rollout id a request carried in its ``/ng-rollout/<id>/`` prefix, else None."""
+    """The rollout id a request carried in its ``/ng-rollout/<id>/`` prefix (whole), else None."""
     value = scope.get(SCOPE_KEY)
     return value if isinstance(value, str) else None

@@ -46,3 +46,10 @@ def _expired(attributes: list[str], now: float) -> bool:
             except (TypeError, ValueError):
                 continue
     return False
+
+
+def request_headers(jar: str) -> dict[str, str]:
+    """The headers of a JSON request to the upstream carrying the session's jar."""
+    return (
+        {"content-type": "application/json", "cookie": jar} if jar else {"content-type": "application/json"}
+    )

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 from opentelemetry.trace import SpanKind
 
-from bridge import tracing
+from bridge import rollouts, tracing
 from bridge.settings import Settings
 from bridge.upstream import envs as gym_envs
 from bridge.upstream.child import BootInfo, Child, exit_text
@@ -315,7 +315,8 @@ class Upstream:
         whose ``traceparent`` goes upstream."""
         if not tracing.ENABLED:
             return await self._post(path, body, headers, timeout)
-        with tracing.span(f"upstream POST {path}", SpanKind.CLIENT, **{"url.path": path}) as current:
+        shown = rollouts.shown_path(path)  # a long rollout id as its label
+        with tracing.span(f"upstream POST {shown}", SpanKind.CLIENT, **{"url.path": shown}) as current:
             response = await self._post(path, body, tracing.inject(headers), timeout)
             if current is not None:
                 current.set_attribute("http.response.status_code", response.status_code)
@@ -343,10 +344,12 @@ class Upstream:
         try:
             status, raw_headers, content = await pool.post(path, body, headers, budget)
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer {path} within {budget:g}s") from exc
+            raise UpstreamTimeout(
+                f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
+            ) from exc
         except OSError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
-            raise UpstreamUnavailable(f"upstream failed on {path}: {reason}") from exc
+            raise UpstreamUnavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
         return UpstreamResponse(status, raw_headers, content)
 
     async def _post_httpx(
@@ -362,10 +365,12 @@ class Upstream:
                 response.status_code, [(k.lower(), v) for k, v in response.headers.raw], response.content
             )
         except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(f"upstream did not answer {path} within {budget:g}s") from exc
+            raise UpstreamTimeout(
+                f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
+            ) from exc
         except httpx.HTTPError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
-            raise UpstreamUnavailable(f"upstream failed on {path}: {reason}") from exc
+            raise UpstreamUnavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
 
     async def get_json(self, path: str) -> Any:
         if self.url is None:

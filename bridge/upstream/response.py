@@ -1,4 +1,5 @@
-"""``UpstreamResponse``: one answer of the upstream as plain values (status, raw headers, body).
+"""``UpstreamResponse``: one answer of the upstream as plain values (status, raw headers, body), and
+what it does to the session's cookie jar.
 
 The transport builds it straight from the parsed bytes; everything above the upstream layer reads
 answers through it and never sees a transport object.
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from bridge.upstream.cookies import merge_cookies
 
 
 @dataclass(slots=True)
@@ -41,6 +44,12 @@ class UpstreamResponse:
     def header_list(self, name: str) -> list[str]:
         key = name.lower().encode("latin-1")
         return [value.decode("latin-1") for found, value in self.headers if found == key]
+
+    def cookie_jar(self, sent: str) -> str:
+        """The session's cookie jar after this answer: ``sent`` with the answer's ``Set-Cookie`` lines
+        merged in by name, as a browser keeps it (``sent`` unchanged when there are none)."""
+        set_cookies = self.header_list("set-cookie")
+        return merge_cookies(sent, set_cookies) if set_cookies else sent
 
     @property
     def content_type(self) -> str | None:

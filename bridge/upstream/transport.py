@@ -7,8 +7,10 @@ a request that already went through a server's parser, relayed byte for byte).
 Requests are checked before a byte is written (defence in depth: the entries validate tool names
 too): the path must be ``/`` plus 1-128 of ``[A-Za-z0-9_.-]`` (the MCP tool-name rule, which
 ``/seed_session``, ``/verify``, ``/close_session``, ``/aggregate_metrics`` and every ``/<tool>`` fit),
-header names must be HTTP tokens other than the framing headers the client writes itself, and header
-values must be Latin-1 without control characters (tab allowed). Anything else raises
+optionally under Gym's ``/ng-rollout/<id>`` with an id of nemo-gym's rule (``bridge.rollouts``: ASCII
+letters, digits, ``.``, ``_``, ``-``; any length, as Gym's own middleware takes it), header names
+must be HTTP tokens other than the framing headers the client writes itself, and header values
+must be Latin-1 without control characters (tab allowed). Anything else raises
 ``UpstreamRequestRefused`` (a ``ValueError``; the caller answers 400), on the pooled and the httpx
 path alike.
 
@@ -35,6 +37,8 @@ from typing import Any
 import httptools
 import httpx
 
+from bridge.rollouts import ID_PATTERN, ROLLOUT
+
 
 class UpstreamUnavailable(Exception):
     """The upstream could not be reached or failed mid-request (502)."""
@@ -52,9 +56,9 @@ class UpstreamRequestRefused(ValueError):
     """A request that must not be sent (bad path or header); nothing was written (the caller's 400)."""
 
 
-# The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it.
+# The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it:
 # one path segment, optionally under Gym's rollout prefix /ng-rollout/<id> (nemo-gym's ROLLOUT_ID_PATTERN)
-_PATH = re.compile(r"(?:/ng-rollout/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?/[A-Za-z0-9_.-]{1,128}")
+_PATH = re.compile(rf"(?:{re.escape(ROLLOUT)}{ID_PATTERN.pattern})?/[A-Za-z0-9_.-]{{1,128}}")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL and the rest, tab excepted
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
@@ -66,7 +70,8 @@ def check_request(path: str, headers: dict[str, str]) -> None:
     may be a session cookie) unless the request line and headers are safe to write."""
     if not _PATH.fullmatch(path):
         raise UpstreamRequestRefused(
-            f"refused to send path {path[:80]!r}: it must be '/' plus 1-128 of A-Z a-z 0-9 _ . -"
+            f"refused to send path {path[:80]!r}: it must be '/' plus 1-128 of A-Z a-z 0-9 _ . -, "
+            "optionally under /ng-rollout/<id>"
         )
     for name, value in headers.items():
         if name not in _GOOD_NAMES:
