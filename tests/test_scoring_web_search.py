@@ -151,12 +151,17 @@ def without_bridge_report(payload: dict[str, Any]) -> dict[str, Any]:
 TAVILY_ROW_INDEX = 0
 
 
+def fixture_bridge(gym07_python: Path, log_dir: Path, environment: str, server: str) -> BridgeProcess:
+    """A bridge in front of ``server`` (a module of tests/fixtures/gym07) run in ``environment``'s own venv."""
+    python = own_env(gym07_python, environment)
+    path = os.pathsep.join(p for p in (str(GYM07_FIXTURES), os.environ.get("PYTHONPATH", "")) if p)
+    args = ["--gym-python", str(python), "--resources-server", server]
+    return BridgeProcess(args=args, env={"PYTHONPATH": path}).start(log_dir, timeout=300)
+
+
 @pytest.fixture(scope="module")
 def tavily_bridge(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
-    python = own_env(gym07_python, "tavily_search")
-    path = os.pathsep.join(p for p in (str(GYM07_FIXTURES), os.environ.get("PYTHONPATH", "")) if p)
-    args = ["--gym-python", str(python), "--resources-server", "tavily_offline:TavilyOfflineServer"]
-    bridge = BridgeProcess(args=args, env={"PYTHONPATH": path}).start(log_dir, timeout=300)
+    bridge = fixture_bridge(gym07_python, log_dir, "tavily_search", "tavily_offline:TavilyOfflineServer")
     yield bridge
     bridge.stop()
 
@@ -248,10 +253,7 @@ STEP_ROW: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def step_bridge(gym07_python: Path, log_dir: Path) -> Iterator[BridgeProcess]:
-    python = own_env(gym07_python, "terminal_multi_harness")
-    path = os.pathsep.join(p for p in (str(GYM07_FIXTURES), os.environ.get("PYTHONPATH", "")) if p)
-    args = ["--gym-python", str(python), "--resources-server", "search_step:SearchStepServer"]
-    bridge = BridgeProcess(args=args, env={"PYTHONPATH": path}).start(log_dir, timeout=300)
+    bridge = fixture_bridge(gym07_python, log_dir, "terminal_multi_harness", "search_step:SearchStepServer")
     yield bridge
     bridge.stop()
 
