@@ -216,7 +216,9 @@ def test_rewards_through_the_launched_bridge_equal_gyms_in_process_mcp(
     assert expected == [0.0 if kind == "control" else 1.0 for kind in launched.cases]
     assert got == expected
     for via_bridge, in_process in zip(bridged, reference, strict=True):
-        assert len(function_calls(via_bridge)) == len(function_calls(in_process)) == 2
+        for rollout in (via_bridge, in_process):  # the planned calls, by whatever prefix the CLI put on
+            names = [call["name"].rsplit("__", 1)[-1] for call in function_calls(rollout)]
+            assert names == ["increment_counter", "get_counter_value"], function_calls(rollout)
         assert via_bridge["_bridge"]["recorded_tool_calls"] == 2, via_bridge["_bridge"]
         assert via_bridge["_bridge"]["unresolved"] == []
         assert "_bridge" not in in_process
@@ -255,6 +257,7 @@ def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
         assert all("rollout_id" not in r["_bridge"]["provenance"] for r in bridged)
         assert all("rollout_id" not in line for line in launched.audit)
         return
+    assert len(set(ids)) == len(bridged) == 3 * len(launched.cases)
     for rollout_id, rollout in zip(ids, bridged, strict=True):
         assert rollout["_bridge"]["provenance"]["rollout_id"] == rollout_id, rollout["_bridge"]
     assert sorted(line.get("rollout_id", "") for line in launched.audit) == sorted(ids * 2)
