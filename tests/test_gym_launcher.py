@@ -62,11 +62,12 @@ class Launched:
     audit: list[dict[str, Any]]  # the launched bridge's audit log
     remote_audit: list[dict[str, Any]]
     cases: list[str]  # "solution" / "control", per case index
+    remote: BridgeProcess  # the bridge the remote-mode instance watches
 
 
-def reference_config(work: Path, remote: BridgeProcess | None) -> Path:
+def reference_config(work: Path, remote: BridgeProcess) -> Path:
     """The three example agents again, each in front of Gym's own in-process MCP exposure of the same
-    environment (and, with ``remote``, simple_agent in front of an already running bridge)."""
+    environment, and simple_agent in front of ``remote``, a bridge already running (the remote mode)."""
     config: dict[str, Any] = {
         IN_PROCESS: {
             "resources_servers": {
@@ -82,34 +83,32 @@ def reference_config(work: Path, remote: BridgeProcess | None) -> Path:
                 agent: {**block, "resources_server": {"type": "resources_servers", "name": IN_PROCESS}}
             }
         }
-    if remote is not None:
-        config[REMOTE] = {
-            "resources_servers": {
-                BRIDGE: {
-                    "entrypoint": "app.py",
-                    "domain": "agent",
-                    "host": remote.host,
-                    "port": remote.port,
-                    "bridge_url": remote.url,
-                    "watch_interval_s": 1,
-                }
+    config[REMOTE] = {
+        "resources_servers": {
+            BRIDGE: {
+                "entrypoint": "app.py",
+                "domain": "agent",
+                "host": remote.host,
+                "port": remote.port,
+                "bridge_url": remote.url,
+                "watch_interval_s": 1,
             }
         }
-        example = yaml.safe_load((EXAMPLES / "simple_agent.yaml").read_text())
-        block = dict(example["simple_agent"]["responses_api_agents"]["simple_agent"])
-        config["simple_agent_remote"] = {
-            "responses_api_agents": {
-                "simple_agent": {**block, "resources_server": {"type": "resources_servers", "name": REMOTE}}
-            }
+    }
+    example = yaml.safe_load((EXAMPLES / "simple_agent.yaml").read_text())
+    block = dict(example["simple_agent"]["responses_api_agents"]["simple_agent"])
+    config["simple_agent_remote"] = {
+        "responses_api_agents": {
+            "simple_agent": {**block, "resources_server": {"type": "resources_servers", "name": REMOTE}}
         }
+    }
     path = work / "reference.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def agent_instances(remote: bool) -> list[str]:
-    names = [name for agent in AGENTS for name in (agent, f"{agent}_in_process")]
-    return [*names, "simple_agent_remote"] if remote else names
+def agent_instances() -> list[str]:
+    return [*(name for agent in AGENTS for name in (agent, f"{agent}_in_process")), "simple_agent_remote"]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -125,31 +124,22 @@ def clis() -> list[str]:
     return [str(Path(claude).parent), str(Path(codex).parent)]
 
 
-@pytest.fixture(scope="module")
-def remote_bridge(
-    gym07_python: Path, log_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BridgeProcess]:
-    """A bridge started apart from the launcher, as Compose or Kubernetes runs one."""
-    audit = tmp_path_factory.mktemp("remote-bridge") / "audit.jsonl"
-    args = ["--gym-python", str(gym07_python), "--server-name", REMOTE]
-    bridge = BridgeProcess(args=args, env={"GYM_MCP_BRIDGE_AUDIT_LOG": str(audit)}).start(
-        log_dir, timeout=300
-    )
-    yield bridge
-    bridge.stop()
-
-
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "observability"])
 def launched(
     request: pytest.FixtureRequest,
     gym07_python: Path,
     clis: list[str],
-    remote_bridge: BridgeProcess,
+    log_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Launched]:
     observability: bool = request.param
     work = tmp_path_factory.mktemp("gym-launcher-observability" if observability else "gym-launcher")
-    remote = None if observability else remote_bridge
+    # a bridge started apart from the launcher, as Compose or Kubernetes runs one (the remote mode)
+    remote_audit = work / "remote-bridge-audit.jsonl"
+    remote = BridgeProcess(
+        args=["--gym-python", str(gym07_python), "--server-name", REMOTE],
+        env={"GYM_MCP_BRIDGE_AUDIT_LOG": str(remote_audit)},
+    ).start(log_dir, timeout=300)
     cases = counter_cases(shipped_rows(gym07_python, ENV))
     audit = work / "bridge-audit.jsonl"
     overrides = [f"++{BRIDGE}.resources_servers.{BRIDGE}.bridge.audit_log={audit}"]
@@ -172,7 +162,7 @@ def launched(
             print(f"\ngym env start: all servers ready after {launcher.ready_s:.0f}s")
             rows = [
                 {**case.row, "agent_ref": {"name": instance}}
-                for instance in agent_instances(remote is not None)
+                for instance in agent_instances()
                 for case in cases
             ]
             started = time.monotonic()
@@ -189,11 +179,13 @@ def launched(
                 rows,
                 rollouts,
                 read_jsonl(audit),
-                read_jsonl(Path(remote_bridge.env["GYM_MCP_BRIDGE_AUDIT_LOG"])),
+                read_jsonl(remote_audit),
                 [case.kind for case in cases],
+                remote,
             )
         finally:
             launcher.stop()
+            remote.stop()
 
 
 def function_calls(rollout: dict[str, Any]) -> list[dict[str, Any]]:
@@ -244,8 +236,7 @@ def test_the_bridges_record_shows_every_call(launched: Launched) -> None:
     assert len(launched.audit) == 3 * per_agent, launched.audit
     assert transports.count("mcp") == 2 * per_agent, transports  # Claude Code, Codex
     assert {line["outcome"] for line in launched.audit} == {"ok"}
-    if not launched.observability:
-        assert len(launched.remote_audit) == per_agent  # simple_agent_remote's, on the remote bridge
+    assert len(launched.remote_audit) == per_agent  # simple_agent_remote's, on the remote bridge
 
 
 def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
@@ -253,10 +244,13 @@ def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
     resources-server request; the bridge keeps it in its audit log and in the signed provenance."""
     bridged = [r for (instance, _), r in launched.rollouts.items() if instance in AGENTS]
     ids = [f"{r['_ng_task_index']}-{r['_ng_rollout_index']}" for r in bridged]
+    remote = [launched.rollouts[("simple_agent_remote", case)] for case in range(len(launched.cases))]
+    remote_ids = [f"{r['_ng_task_index']}-{r['_ng_rollout_index']}" for r in remote]
     if not launched.observability:
-        assert all("rollout_id" not in r["_bridge"]["provenance"] for r in bridged)
-        assert all("rollout_id" not in line for line in launched.audit)
+        assert all("rollout_id" not in r["_bridge"]["provenance"] for r in [*bridged, *remote])
+        assert all("rollout_id" not in line for line in [*launched.audit, *launched.remote_audit])
         return
+    assert sorted(line.get("rollout_id", "") for line in launched.remote_audit) == sorted(remote_ids * 2)
     assert len(set(ids)) == len(bridged) == 3 * len(launched.cases)
     for rollout_id, rollout in zip(ids, bridged, strict=True):
         assert rollout["_bridge"]["provenance"]["rollout_id"] == rollout_id, rollout["_bridge"]
@@ -266,22 +260,21 @@ def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
     assert any(path.is_file() for path in captured), captured
 
 
-def test_remote_bridge_watched_by_the_launcher(launched: Launched, remote_bridge: BridgeProcess) -> None:
+def test_remote_bridge_watched_by_the_launcher(launched: Launched) -> None:
     """A bridge running elsewhere: the entry serves nothing, the launcher's process stays up, rows
     collect through the remote bridge, and when it goes away the launcher's output says so in one line."""
-    if launched.observability:
-        pytest.skip("the remote mode is checked in the plain launch")
+    remote = launched.remote
     rewards = [
         float(launched.rollouts[("simple_agent_remote", case)]["reward"])
         for case in range(len(launched.cases))
     ]
     assert rewards == [0.0 if kind == "control" else 1.0 for kind in launched.cases]
     assert (
-        f"{BRIDGE}: {REMOTE} is the remote bridge at {remote_bridge.url}; nothing is served here"
+        f"{BRIDGE}: {REMOTE} is the remote bridge at {remote.url}; nothing is served here"
         in launched.launcher.log()
     )
-    remote_bridge.stop()
-    pattern = re.compile(rf"{BRIDGE}: remote bridge {re.escape(remote_bridge.url)} unreachable: .+")
+    remote.stop()
+    pattern = re.compile(rf"{BRIDGE}: remote bridge {re.escape(remote.url)} unreachable: .+")
     deadline = time.monotonic() + 30
     while pattern.search(launched.launcher.log()) is None:
         assert time.monotonic() < deadline, launched.launcher.log()[-3000:]
