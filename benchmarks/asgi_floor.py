@@ -1,6 +1,6 @@
 """What uvicorn's ASGI request cycle costs per request, against a bare httptools protocol.
 
-The question it answers (issue 23): how much could the bridge save by answering a request below
+The question it answers: how much could the bridge save by answering a request below
 the ASGI cycle -- in uvicorn's protocol itself, before a scope, a task and the receive/send
 machinery exist? Three servers answer the same fixed ``tools/call`` result to the same request,
 each in its own process on uvloop:

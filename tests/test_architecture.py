@@ -1,4 +1,4 @@
-"""Imports point one way along the request path (issue 13): every module under bridge/ is parsed with
+"""Imports point one way along the request path: every module under bridge/ is parsed with
 ``ast`` (imports at module level and inside functions alike, relative ones resolved) and checked:
 
 * ``bridge/upstream/*`` imports only ``bridge.upstream.*``, ``bridge.settings``, ``bridge.tracing`` and
@@ -191,7 +191,7 @@ def test_no_import_circle() -> None:
 
 
 def test_checker_catches_an_import_circle() -> None:
-    """The circle issue 21 removed (app -> health -> serving -> app, serving importing the app inside
+    """The circle that was removed (app -> health -> serving -> app, serving importing the app inside
     a function) is found again when health imports serving once more."""
     added = source_of("bridge.http.health") + "\n\nfrom bridge.http.serving import ServingApp\n"
     circle = import_circle(import_graph({"bridge.http.health": added}))

@@ -1,4 +1,4 @@
-"""Gym's own rollout collection with the bridge as the resources server (issue 12, item 5).
+"""Gym's own rollout collection with the bridge as the resources server.
 
 nemo-gym 0.4.0's ``simple_agent`` agent servers and Gym's ``HeadServer`` run in the Gym
 environment (``tests/interop/gym_collect_servers.py``; the global config is built by Gym's own

@@ -1,5 +1,5 @@
 """Verifiers (PyPI ``verifiers`` 0.4.0) running whole rollouts with the bridge as its NeMo Gym
-resources server (issue 12, item 6).
+resources server.
 
 Verifiers runs in its own environment (``.cache/verifiers-env``: 0.4.0 pins ``mcp==2.0.0``, the
 bridge needs ``mcp>=2.3``), driven by ``tests/interop/verifiers_rollout.py``: Verifiers' own eval

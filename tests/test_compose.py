@@ -1,6 +1,6 @@
 """`docker compose` on a real Docker engine, played as a user: a fresh clone, the README's commands.
 
-Walks the road of issue 22 in a ``git clone`` of this repository: ``docker compose up -d --wait``
+Walks a Docker user's road in a ``git clone`` of this repository: ``docker compose up -d --wait``
 with nothing made first (no secrets/ files), the stack healthy, ``/seed_session`` without the key
 refused 401 with one line, ``show-config`` printing the key and the MCP URL, the key file 0600 and
 owned by uid 10001, the processes non-root, examples/quickstart.py at reward 1.0 from the host

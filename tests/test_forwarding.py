@@ -1,4 +1,4 @@
-"""Any replica serves any session (issue 15): replicas behind a plain round-robin balancer, no affinity.
+"""Any replica serves any session: replicas behind a plain round-robin balancer, no affinity.
 
 Each replica is a pod as the StatefulSet runs it: its own real Gym resources server and a bridge in
 external mode in front of it, one shared secret, its own advertise URL (127.0.0.1 ports, so the

@@ -1,4 +1,4 @@
-"""The forwarding relay's own rules (issue 23): the raw keep-alive pool per owner replica.
+"""The forwarding relay's own rules: the raw keep-alive pool per owner replica.
 
 Two real replicas, each a bridge in external mode in front of its own real Gym counter server: B
 owns the sessions, A relays them. What only a misbehaving owner can show -- extra bytes after its

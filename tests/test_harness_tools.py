@@ -1,4 +1,4 @@
-"""Harness-side tools (issue 21 item 5), in-process: ``bridge.scoring.harness`` against the tools the
+"""Harness-side tools, in-process: ``bridge.scoring.harness`` against the tools the
 real CLIs offered, and ``verify.normalize`` on the worst cases.
 
 The names come from the CLIs' own requests, captured by ``tests/interop/capture_harness_tools.py``

@@ -2,7 +2,7 @@
 and one that requires an API key: reward 1.0, and every failure one line saying what to do.
 
 Expected values: the README's quickstart transcript (the counter row: 3 + 1 + 2 = 6, reward 1.0)
-and issue 22's list of failures (no bridge at the URL, key required, key wrong, not ready yet).
+and the failures a user meets (no bridge at the URL, key required, key wrong, not ready yet).
 The compose deployment's own key discovery is walked in tests/test_compose.py.
 """
 

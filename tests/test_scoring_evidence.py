@@ -1,4 +1,4 @@
-"""Scoring evidence end to end (issue 21 items 4-6): a real bridge in front of a real Gym resources
+"""Scoring evidence end to end: a real bridge in front of a real Gym resources
 server, sessions seeded and tools called over MCP with the SDK client, then ``/verify``.
 
 * Codex's 128-character rule: names the real Codex 0.171.0 showed its model under 90- and

@@ -1,7 +1,7 @@
 """Keys generated on first start into ``state_dir`` (bridge/commands/keyfiles.py) and
 ``gym-mcp-bridge show-config``, in-process and through the real CLI.
 
-Expected behaviour from issue 22: generated on first start (mode 0600, owned by the user the bridge
+Expected behaviour: generated on first start (mode 0600, owned by the user the bridge
 runs as), kept across restarts, explicit secrets (file or env) win, never written to logs; the
 documented command prints the API key and the MCP URL.
 """
