@@ -54,7 +54,7 @@ def long_server(length: int, joint: str = "_") -> str:
     return stem[: length - 4] + joint + f"{length:03d}"
 
 
-# Codex 0.171.0 hashes a namespaced MCP tool once len("mcp__" + server) + 2 + len(tool) passes 128
+# Codex 0.171.0 hashes a namespaced MCP tool once len("mcp__" + server) + 2 + len(tool) passes 128:
 # for the counter's 17-character tools that is a server of 105+ characters; from 109
 # on not even the 13-character hash suffix fits after the namespace. Server names of 90-127
 # characters probe both sides of both limits; the workplace tools (up to 44 characters) cross
