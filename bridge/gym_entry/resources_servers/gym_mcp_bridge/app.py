@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -53,7 +53,7 @@ DEFAULT_ENVIRONMENT = "example_session_state_mgmt"
 ENV_PREFIX = "GYM_MCP_BRIDGE_"
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"{NAME}: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
 
@@ -84,9 +84,8 @@ def bridge_command(block: dict[str, Any]) -> list[str]:
         if shutil.which(command[0]) is None:
             fail(f"bridge_command {command[0]!r} is not an executable")
         return command
-    checkout = (
-        here.parents[3] / ".venv" / "bin" / "gym-mcp-bridge"
-    )  # <checkout>/bridge/gym_entry/resources_servers/<here>
+    # this file in a checkout: <checkout>/bridge/gym_entry/resources_servers/gym_mcp_bridge/app.py
+    checkout = here.parents[3] / ".venv" / "bin" / "gym-mcp-bridge"
     if checkout.is_file():
         return [str(checkout)]
     found = shutil.which("gym-mcp-bridge")
@@ -123,6 +122,7 @@ def serve(name: str, block: dict[str, Any]) -> None:
     ]
     env = {key: value for key, value in os.environ.items() if not key.startswith("NEMO_GYM_CONFIG_")}
     env.pop("VIRTUAL_ENV", None)  # this venv's; the bridge runs in its own
+    env.pop(f"{ENV_PREFIX}COMMAND", None)  # this file's setting, not the bridge's
     env.setdefault(f"{ENV_PREFIX}GYM_PYTHON", sys.executable)  # the launcher's nemo-gym, in this venv
     settings = block.get("bridge") or {}
     if not isinstance(settings, dict):
