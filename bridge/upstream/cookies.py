@@ -50,6 +50,7 @@ def _expired(attributes: list[str], now: float) -> bool:
 
 def request_headers(jar: str) -> dict[str, str]:
     """The headers of a JSON request to the upstream carrying the session's jar."""
-    return (
-        {"content-type": "application/json", "cookie": jar} if jar else {"content-type": "application/json"}
-    )
+    headers = {"content-type": "application/json"}
+    if jar:
+        headers["cookie"] = jar
+    return headers
