@@ -38,7 +38,14 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, BridgeProcess
-from tests.interop.gym_launcher import Launcher, counter_cases, shipped_rows
+from tests.interop.gym_launcher import (
+    Launcher,
+    agent_in_front_of,
+    bridge_audit_log,
+    counter_cases,
+    policy,
+    shipped_rows,
+)
 from tests.interop.node import installed_cli
 from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
 
@@ -57,7 +64,6 @@ pytestmark = pytest.mark.timeout(2400)
 class Launched:
     observability: bool
     launcher: Launcher
-    rows: list[dict[str, Any]]  # the rows given, in collection order
     rollouts: dict[tuple[str, int], dict[str, Any]]  # (agent instance, case index) -> rollout
     audit: list[dict[str, Any]]  # the launched bridge's audit log
     remote_audit: list[dict[str, Any]]
@@ -76,13 +82,7 @@ def reference_config(work: Path, remote: BridgeProcess) -> Path:
         }
     }
     for agent in AGENTS:
-        example = yaml.safe_load((EXAMPLES / f"{agent}.yaml").read_text())
-        block = dict(example[agent]["responses_api_agents"][agent])
-        config[f"{agent}_in_process"] = {
-            "responses_api_agents": {
-                agent: {**block, "resources_server": {"type": "resources_servers", "name": IN_PROCESS}}
-            }
-        }
+        config[f"{agent}_in_process"] = agent_in_front_of(EXAMPLES / f"{agent}.yaml", agent, IN_PROCESS)
     config[REMOTE] = {
         "resources_servers": {
             BRIDGE: {
@@ -95,13 +95,7 @@ def reference_config(work: Path, remote: BridgeProcess) -> Path:
             }
         }
     }
-    example = yaml.safe_load((EXAMPLES / "simple_agent.yaml").read_text())
-    block = dict(example["simple_agent"]["responses_api_agents"]["simple_agent"])
-    config["simple_agent_remote"] = {
-        "responses_api_agents": {
-            "simple_agent": {**block, "resources_server": {"type": "resources_servers", "name": REMOTE}}
-        }
-    }
+    config["simple_agent_remote"] = agent_in_front_of(EXAMPLES / "simple_agent.yaml", "simple_agent", REMOTE)
     path = work / "reference.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -142,41 +136,22 @@ def launched(
     ).start(log_dir, timeout=300)
     cases = counter_cases(shipped_rows(gym07_python, ENV))
     audit = work / "bridge-audit.jsonl"
-    overrides = [f"++{BRIDGE}.resources_servers.{BRIDGE}.bridge.audit_log={audit}"]
+    overrides = [bridge_audit_log(audit)]
     if observability:
         overrides += ["++observability_enabled=true", f"++model_call_capture_dir={work / 'model-calls'}"]
     launcher = Launcher(gym07_python, "gym env start", work, path=clis)
+    config_paths = [f"examples/gym/{agent}.yaml" for agent in AGENTS] + [str(reference_config(work, remote))]
     with StubPolicyEndpoint() as stub:
-        for case in cases:
-            stub.add(case.row["responses_create_params"], case.plan)
-        config_paths = [f"examples/gym/{agent}.yaml" for agent in AGENTS] + [
-            str(reference_config(work, remote))
-        ]
-        policy = [
-            f"+policy_base_url={stub.root_url}/v1",
-            "+policy_api_key=stub-key",
-            "+policy_model_name=stub-model",
-        ]
         try:
-            launcher.start(config_paths, policy + overrides, "0.7.0")
+            launcher.start(config_paths, policy(stub, cases) + overrides, "0.7.0")
             print(f"\ngym env start: all servers ready after {launcher.ready_s:.0f}s")
-            rows = [
-                {**case.row, "agent_ref": {"name": instance}}
-                for instance in agent_instances()
-                for case in cases
-            ]
             started = time.monotonic()
-            out = launcher.collect(rows, "all")
-            print(f"ng_collect_rollouts: {len(out)} rollouts in {time.monotonic() - started:.0f}s")
+            rollouts = launcher.collect(agent_instances(), cases, "all")
+            print(f"ng_collect_rollouts: {len(rollouts)} rollouts in {time.monotonic() - started:.0f}s")
             assert stub.unknown == [], stub.unknown
-            rollouts = {}
-            for rollout in out:
-                task = int(rollout["_ng_task_index"])
-                rollouts[(rows[task]["agent_ref"]["name"], task % len(cases))] = rollout
             yield Launched(
                 observability,
                 launcher,
-                rows,
                 rollouts,
                 read_jsonl(audit),
                 read_jsonl(remote_audit),

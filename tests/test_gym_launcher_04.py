@@ -26,7 +26,15 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.interop.gym_collect_env import ensure_collect_env
-from tests.interop.gym_launcher import Case, Launcher, counter_cases, shipped_rows
+from tests.interop.gym_launcher import (
+    Case,
+    Launcher,
+    agent_in_front_of,
+    bridge_audit_log,
+    counter_cases,
+    policy,
+    shipped_rows,
+)
 from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
 
 ENV = "example_session_state_mgmt"
@@ -35,18 +43,9 @@ pytestmark = pytest.mark.timeout(1800)
 
 
 def reference_config(work: Path) -> Path:
-    example = yaml.safe_load((ROOT / EXAMPLE).read_text())
-    block = dict(example["simple_agent"]["responses_api_agents"]["simple_agent"])
     config = {
         "gym_native": {"resources_servers": {ENV: {"entrypoint": "app.py", "domain": "agent"}}},
-        "simple_agent_native": {
-            "responses_api_agents": {
-                "simple_agent": {
-                    **block,
-                    "resources_server": {"type": "resources_servers", "name": "gym_native"},
-                }
-            }
-        },
+        "simple_agent_native": agent_in_front_of(ROOT / EXAMPLE, "simple_agent", "gym_native"),
     }
     path = work / "reference.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -63,27 +62,18 @@ def collected(
     audit = work / "bridge-audit.jsonl"
     launcher = Launcher(python, "ng_run", work)
     with StubPolicyEndpoint() as stub:
-        for case in cases:
-            stub.add(case.row["responses_create_params"], case.plan)
-        overrides = [
-            f"+policy_base_url={stub.root_url}/v1",
-            "+policy_api_key=stub-key",
-            "+policy_model_name=stub-model",
-            f"++gym_mcp_bridge.resources_servers.gym_mcp_bridge.bridge.audit_log={audit}",
-        ]
         try:
+            overrides = [*policy(stub, cases), bridge_audit_log(audit)]
             launcher.start([EXAMPLE, str(reference_config(work))], overrides, "0.4.0")
             print(f"\nng_run: all servers ready after {launcher.ready_s:.0f}s")
-            agents = ("simple_agent", "simple_agent_native")
-            rows = [{**case.row, "agent_ref": {"name": agent}} for agent in agents for case in cases]
+            agents = ["simple_agent", "simple_agent_native"]
             started = time.monotonic()
-            out = launcher.collect(rows, "all")
-            print(f"ng_collect_rollouts (0.4.0): {len(out)} rollouts in {time.monotonic() - started:.0f}s")
+            rollouts = launcher.collect(agents, cases, "all")
+            print(
+                f"ng_collect_rollouts (0.4.0): {len(rollouts)} rollouts in {time.monotonic() - started:.0f}s"
+            )
             assert stub.unknown == [], stub.unknown
-            by_agent: dict[str, list[Any]] = {agent: [None] * len(cases) for agent in agents}
-            for rollout in out:
-                task = int(rollout["_ng_task_index"])
-                by_agent[rows[task]["agent_ref"]["name"]][task % len(cases)] = rollout
+            by_agent = {agent: [rollouts[(agent, case)] for case in range(len(cases))] for agent in agents}
             yield cases, by_agent, audit
         finally:
             launcher.stop()

@@ -32,12 +32,15 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks.procs import free_port
 from tests.interop.stubs.common import counter_solution
-from tests.interop.stubs.gym_model_stub import Plan
+from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"All (\d+) / \d+ servers ready")
@@ -68,6 +71,30 @@ def counter_cases(rows: list[dict[str, Any]]) -> list[Case]:
     control = {**rows[0], "responses_create_params": params}
     cases.append(Case(control, Plan([(name, {"count": args["count"] - 1}), *rest]), "control"))
     return cases
+
+
+def policy(stub: StubPolicyEndpoint, cases: list[Case]) -> list[str]:
+    """The stub as the policy of ``cases``: their plans registered, and the launcher keys of the
+    example configs' ``openai_model`` pointing at it."""
+    for case in cases:
+        stub.add(case.row["responses_create_params"], case.plan)
+    return [
+        f"+policy_base_url={stub.root_url}/v1",
+        "+policy_api_key=stub-key",
+        "+policy_model_name=stub-model",
+    ]
+
+
+def bridge_audit_log(path: Path) -> str:
+    """The launcher key that gives the example configs' bridge an audit log."""
+    return f"++gym_mcp_bridge.resources_servers.gym_mcp_bridge.bridge.audit_log={path}"
+
+
+def agent_in_front_of(example: Path, agent: str, resources: str) -> dict[str, Any]:
+    """An example config's agent instance block, in front of the resources instance ``resources``."""
+    block = yaml.safe_load(example.read_text())[agent]["responses_api_agents"][agent]
+    pointed = {**block, "resources_server": {"type": "resources_servers", "name": resources}}
+    return {"responses_api_agents": {agent: pointed}}
 
 
 def uv_bin() -> Path:
@@ -107,7 +134,6 @@ class Launcher:
     head_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     ready_s: float = 0.0
-    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_path(self) -> Path:
@@ -116,7 +142,9 @@ class Launcher:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def _env(self) -> dict[str, str]:
+    @cached_property
+    def environment(self) -> dict[str, str]:
+        """The launcher's and the collector's environment (module docstring), made once."""
         env = {
             **os.environ,
             "PATH": os.pathsep.join(
@@ -130,7 +158,7 @@ class Launcher:
             config = self.work / "uv.toml"
             config.write_text(f'[pip]\npython-version = "{minimum}"\n')
             env["UV_CONFIG_FILE"] = str(config)
-        return {**env, **self.env}
+        return env
 
     def _keys(self, version: str) -> list[str]:
         uv_cache = subprocess.run(
@@ -163,7 +191,7 @@ class Launcher:
         self.proc = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=self._env(),
+            env=self.environment,
             stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -180,8 +208,12 @@ class Launcher:
             time.sleep(1)
         self.ready_s = time.monotonic() - started
 
-    def collect(self, rows: list[dict[str, Any]], name: str, timeout_s: float = 900) -> list[dict[str, Any]]:
-        """``ng_collect_rollouts`` over ``rows`` (each carries its ``agent_ref``); the rollouts it wrote."""
+    def collect(
+        self, agents: list[str], cases: list[Case], name: str, timeout_s: float = 900
+    ) -> dict[tuple[str, int], dict[str, Any]]:
+        """``ng_collect_rollouts`` over every case's row for each agent (its ``agent_ref``): the
+        rollouts it wrote, by (agent, case index)."""
+        rows = [{**case.row, "agent_ref": {"name": agent}} for agent in agents for case in cases]
         given = self.work / f"{name}-rows.jsonl"
         given.write_text("".join(json.dumps(row) + "\n" for row in rows))
         out = self.work / f"{name}-rollouts.jsonl"
@@ -195,7 +227,7 @@ class Launcher:
                 f"hydra.run.dir={self.work / 'outputs'}",
             ],
             cwd=self.work,
-            env=self._env(),
+            env=self.environment,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -204,7 +236,14 @@ class Launcher:
         assert result.returncode == 0, (
             f"ng_collect_rollouts failed:\n{(result.stdout + result.stderr)[-6000:]}"
         )
-        return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+        rollouts = {}
+        for line in out.read_text().splitlines():
+            if line.strip():
+                rollout = json.loads(line)
+                task = int(rollout["_ng_task_index"])  # the row's index in the input
+                rollouts[(agents[task // len(cases)], task % len(cases))] = rollout
+        assert len(rollouts) == len(rows), f"{len(rollouts)} rollouts for {len(rows)} rows"
+        return rollouts
 
     def stop(self, timeout_s: float = 60) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
