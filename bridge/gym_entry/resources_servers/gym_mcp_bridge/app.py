@@ -134,9 +134,7 @@ def serve(name: str, block: dict[str, Any]) -> None:
         file=sys.stderr,
         flush=True,
     )
-    os.execve(
-        command[0] if os.path.isabs(command[0]) else shutil.which(command[0]) or command[0], command, env
-    )
+    os.execvpe(command[0], command, env)  # a bare command name is looked up on PATH, as `which` found it
 
 
 def readiness(url: str) -> str | None:
