@@ -81,6 +81,11 @@ class Settings(BaseSettings):
         description="directory where the signing key and the api_key not given otherwise are generated "
         "on first start and kept (files signing_key, api_key, mode 0600; compose: a named volume)",
     )
+    api_key_dir: Path | None = Field(
+        None,
+        description="directory where the api_key not given otherwise is generated and kept, when it must live "
+        "apart from the signing key (compose: a volume the quickstart client mounts); default: state_dir",
+    )
     tools_from: Annotated[list[ToolSource], NoDecode] = Field(
         ["row", "openapi"], description="where a session's tools come from, first non-empty wins"
     )
@@ -147,6 +152,24 @@ class Settings(BaseSettings):
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("secret", "api_key", mode="before")
+    @classmethod
+    def _no_empty_key(cls, value: object) -> object:
+        # An empty key is a deployment that meant to set one: refusing it keeps an open door from
+        # looking shut ("Bearer " with nothing after it would match an empty api_key).
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(
+                f"is set but empty: unset it to use a generated key, or make one with: {MAKE_KEY}"
+            )
+        return value
+
+    @field_validator("secret_file", "api_key_file", "state_dir", "api_key_dir", mode="before")
+    @classmethod
+    def _no_empty_path(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is set but empty: unset it or give a path")
         return value
 
     @field_validator("peers")
@@ -242,7 +265,11 @@ def describe_error(error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if field:
             given = item.get("input")
-            shown = f" (got {given!r})" if not isinstance(given, dict) and field != "secret" else ""
+            shown = (
+                f" (got {given!r})"
+                if not isinstance(given, dict) and field not in ("secret", "api_key")
+                else ""
+            )
             parts.append(f"--{field.replace('_', '-')} / {ENV_PREFIX}{field.upper()}: {message}{shown}")
         else:
             parts.append(message)

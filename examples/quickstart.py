@@ -7,7 +7,9 @@
 Needs only the MCP SDK and httpx (``pip install "mcp>=2.3,<3" httpx``). The REST API key, when the
 bridge requires one: ``--api-key``, else ``GYM_MCP_BRIDGE_API_KEY``, else ``--api-key-file`` /
 ``GYM_MCP_BRIDGE_API_KEY_FILE``, else, run from this repository with a compose deployment up, the
-key compose generated (``docker compose exec -T bridge gym-mcp-bridge show-config --json``).
+key compose generated (``docker compose exec -T bridge gym-mcp-bridge show-config --json``) -- but
+only when ``--url`` is that deployment: a loopback address on the port its ``bridge`` service
+publishes. A found key is never sent to any other URL; the quickstart says which it did.
 
 Seeds a session from the first row of Gym's ``example_session_state_mgmt`` data ("add 1 then add
 2 then get the count", starting at 3), lists the session's tools over MCP, calls them as an agent
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import shutil
@@ -27,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import httpx2
@@ -74,10 +78,67 @@ class Failed(Exception):
     """One line for the user: what went wrong and what to do."""
 
 
-def compose_api_key() -> str | None:
-    """The API key of this repository's compose deployment, if one is up here."""
+def compose_deployment() -> dict[str, Any] | None:
+    """This repository's compose deployment, if one is up here: its project and the (host, port)
+    pairs its ``bridge`` service publishes."""
     if not (REPO / "compose.yaml").is_file() or shutil.which("docker") is None:
         return None
+    try:
+        listed = subprocess.run(
+            ["docker", "compose", "ps", "--format", "json", "bridge"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if listed.returncode != 0 or not listed.stdout.strip():
+            return None
+        text = listed.stdout.strip()
+        # Compose prints one object per line (older releases: one array).
+        rows = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()]
+        row = rows[0]
+        published = {
+            (str(p.get("URL") or ""), int(p["PublishedPort"]))
+            for p in row.get("Publishers") or []
+            if p.get("PublishedPort")
+        }
+        return {"project": str(row["Project"]), "published": published}
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def is_published_at(deployment: dict[str, Any], url: str) -> bool:
+    """Whether ``url`` reaches ``deployment``'s bridge: a loopback host on a port the deployment
+    publishes (on that loopback address or on every address). Only then is its key sent."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return False
+    everywhere = {"", "0.0.0.0", "::"}
+    return any(
+        published == port and (bound in everywhere or bound == host or host == "localhost")
+        for bound, published in deployment["published"]
+    )
+
+
+def compose_api_key(url: str) -> tuple[str | None, str]:
+    """(the key of this repository's compose deployment, where it came from) when ``url`` is that
+    deployment; (None, why not) otherwise."""
+    deployment = compose_deployment()
+    if deployment is None:
+        return None, "no compose deployment of this repository is up here"
+    project = deployment["project"]
+    if not is_published_at(deployment, url):
+        where = ", ".join(f"{h or '0.0.0.0'}:{p}" for h, p in sorted(deployment["published"])) or "no port"
+        return None, (
+            f"the compose deployment here (project {project}, published at {where}) is not {url}, "
+            "so its key is not sent there"
+        )
     try:
         shown = subprocess.run(
             ["docker", "compose", "exec", "-T", "bridge", "gym-mcp-bridge", "show-config", "--json"],
@@ -88,21 +149,29 @@ def compose_api_key() -> str | None:
         )
         key = json.loads(shown.stdout)["api_key"] if shown.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
-        return None
-    return key if isinstance(key, str) and key else None
+        key = None
+    if not isinstance(key, str) or not key:
+        return None, f"the compose deployment here (project {project}) did not show its key"
+    return key, f"compose project {project}"
 
 
 def api_key_from(args: argparse.Namespace) -> tuple[str | None, str]:
     """(key, where it came from)."""
     if args.api_key:
         return args.api_key, "--api-key"
-    if os.environ.get("GYM_MCP_BRIDGE_API_KEY"):
-        return os.environ["GYM_MCP_BRIDGE_API_KEY"], "GYM_MCP_BRIDGE_API_KEY"
+    given = os.environ.get("GYM_MCP_BRIDGE_API_KEY")
+    if given is not None:
+        if not given.strip():
+            raise Failed("GYM_MCP_BRIDGE_API_KEY is set but empty: unset it or give the deployment's key")
+        return given, "GYM_MCP_BRIDGE_API_KEY"
     if args.api_key_file:
         try:
-            return Path(args.api_key_file).read_text().strip(), str(args.api_key_file)
+            key = Path(args.api_key_file).read_text().strip()
         except OSError as exc:
             raise Failed(f"cannot read the API key file {args.api_key_file}: {exc.strerror}") from exc
+        if not key:
+            raise Failed(f"the API key file {args.api_key_file} is empty")
+        return key, str(args.api_key_file)
     return None, ""
 
 
@@ -141,9 +210,10 @@ def seed(http: httpx.Client, url: str, key: str | None, key_from: str) -> dict[s
     headers = {"authorization": f"Bearer {key}"} if key else {}
     answer = http.post("/seed_session", json=ROW, headers=headers)
     if answer.status_code == 401 and not key:
+        why = f" ({key_from})" if key_from else ""
         raise Failed(
-            f"the bridge at {url} requires an API key: pass --api-key KEY, set GYM_MCP_BRIDGE_API_KEY or "
-            f"pass --api-key-file FILE (compose: `{SHOW_CONFIG}` prints it)"
+            f"the bridge at {url} requires an API key{why}: pass --api-key KEY, set GYM_MCP_BRIDGE_API_KEY "
+            f"or pass --api-key-file FILE (compose: `{SHOW_CONFIG}` prints it)"
         )
     if answer.status_code == 401:
         raise Failed(
@@ -215,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         with httpx.Client(base_url=url, timeout=60) as http:
             health = check_ready(http, url)
             if key is None and health.get("rest_auth") == "api_key":
-                key, key_from = compose_api_key(), "the compose deployment (show-config)"
+                key, key_from = compose_api_key(url)
+                if key is not None:
+                    print(f"using the API key of {key_from} (show-config), for {url} only")
             seeded = seed(http, url, key, key_from)
         reward = asyncio.run(play(url, seeded, key))
     except Failed as exc:

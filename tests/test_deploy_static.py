@@ -98,11 +98,14 @@ def test_dockerfile_runtime_stage() -> None:
     health = [a for i, a in final if i == "HEALTHCHECK"]
     assert health and "/healthz" in health[-1], health
     assert ("EXPOSE", "8000") in final
-    assert ("ENTRYPOINT", '["gym-mcp-bridge"]') in final
+    # An init process is PID 1 (reaps orphans, passes signals to the bridge alone).
+    assert ("ENTRYPOINT", '["dumb-init", "--single-child", "--", "gym-mcp-bridge"]') in final
     assert ("CMD", '["serve"]') in final
     env = " ".join(a for i, a in final if i == "ENV")
     assert "GYM_MCP_BRIDGE_HOST=0.0.0.0" in env
     assert "GYM_MCP_BRIDGE_GYM_PYTHON=/opt/gym-env/bin/python" in env
+    # The image alone generates its keys and requires the API key, as compose does.
+    assert "GYM_MCP_BRIDGE_STATE_DIR=/var/lib/gym-mcp-bridge" in env
     copies = [a for i, a in final if i == "COPY"]
     assert any("/opt/gym-env" in c and "--from=" in c for c in copies)
     assert any("/opt/bridge" in c and "--from=" in c for c in copies)
@@ -121,7 +124,7 @@ def test_no_secret_baked_into_image() -> None:
             assert "secret" not in args.lower(), args
     assert "COPY . " not in text, "copy only what the build needs (secrets/ must never be in a layer)"
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
-    for entry in ("secrets", ".venv", ".gym-env", ".cache", ".git", "node_modules"):
+    for entry in ("secrets", "**/secrets", ".venv", ".gym-env", ".cache", ".git", "node_modules"):
         assert entry in ignored, f".dockerignore lacks {entry}"
 
 
@@ -154,18 +157,17 @@ def test_compose_default_profile() -> None:
     assert bridge["environment"]["GYM_MCP_BRIDGE_PORT"] == "8000"
     assert bridge["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == "http://localhost:8000"
     assert "/readyz" in " ".join(bridge["healthcheck"]["test"])
-    # Nothing to make first: the keys are generated into a named volume on first start; a key given
-    # in the environment (.env) is passed through, an unset one not at all.
+    # Nothing to make first: the keys are generated into named volumes on first start, the API key
+    # apart from the signing key.
     assert "secrets" not in bridge and "secrets" not in cfg, "a missing secret file stops Docker Compose"
     assert bridge["environment"]["GYM_MCP_BRIDGE_STATE_DIR"] == "/var/lib/gym-mcp-bridge"
-    (volume,) = bridge["volumes"]
-    assert (volume["type"], volume["source"], volume["target"]) == (
-        "volume",
-        "bridge-state",
-        "/var/lib/gym-mcp-bridge",
-    )
-    assert bridge["environment"]["GYM_MCP_BRIDGE_SECRET"] is None
-    assert bridge["environment"]["GYM_MCP_BRIDGE_API_KEY"] is None
+    assert bridge["environment"]["GYM_MCP_BRIDGE_API_KEY_DIR"] == "/var/lib/gym-mcp-bridge-api"
+    assert [(v["type"], v["source"], v["target"]) for v in bridge["volumes"]] == [
+        ("volume", "bridge-state", "/var/lib/gym-mcp-bridge"),
+        ("volume", "bridge-api-key", "/var/lib/gym-mcp-bridge-api"),
+    ]
+    assert "GYM_MCP_BRIDGE_SECRET" not in bridge["environment"]
+    assert "GYM_MCP_BRIDGE_API_KEY" not in bridge["environment"]
     assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
     assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
     grace = bridge["stop_grace_period"]  # e.g. "1m0s"
@@ -174,6 +176,24 @@ def test_compose_default_profile() -> None:
         bridge["environment"]["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"]
     ), "the drain finishes before compose kills the container"
     assert "args" not in bridge["build"], "unset build arguments leave the Dockerfile's pinned defaults"
+
+
+def test_compose_passes_no_key_variable_and_the_quickstart_gets_the_api_key_only() -> None:
+    """Keys set as variables (.env, the shell) never reach a container nor the rendered config
+    (`docker compose config`, `docker inspect`): keys come from the volumes or from files."""
+    keys = {"GYM_MCP_BRIDGE_SECRET": "s" * 64, "GYM_MCP_BRIDGE_API_KEY": "k" * 64}
+    cfg = compose_config("--profile", "replicas", "--profile", "sidecar", "--profile", "quickstart", env=keys)
+    rendered = json.dumps(cfg)
+    assert "s" * 64 not in rendered and "k" * 64 not in rendered, "a key variable was passed through"
+    quickstart = cfg["services"]["quickstart"]
+    assert [(v["source"], v["target"], v.get("read_only")) for v in quickstart["volumes"]] == [
+        ("bridge-api-key", "/var/lib/gym-mcp-bridge-api", True)
+    ], "the quickstart client mounts the API key's volume only, never the signing key's"
+    assert quickstart["environment"]["GYM_MCP_BRIDGE_API_KEY_FILE"] == "/var/lib/gym-mcp-bridge-api/api_key"
+    for name in ("bridge", "replica", "bridge-sidecar"):
+        assert {v["source"] for v in cfg["services"][name]["volumes"]} == {"bridge-state", "bridge-api-key"}
+    for name in ("replica", "gym"):  # entrypoints replaced in compose keep the image's init
+        assert cfg["services"][name]["entrypoint"][0] == "dumb-init", cfg["services"][name]["entrypoint"]
 
 
 def test_compose_passes_the_base_image_and_gym_version_as_build_args() -> None:
@@ -223,7 +243,7 @@ def test_compose_sidecar_profile() -> None:
     assert {"bridge", "gym", "bridge-sidecar"} <= set(services)
     gym, sidecar = services["gym"], services["bridge-sidecar"]
     assert gym["image"] == sidecar["image"] == services["bridge"]["image"], "one image for all roles"
-    assert gym["entrypoint"][:2] == ["/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
+    assert gym["entrypoint"][:4] == ["dumb-init", "--", "/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
     assert gym["command"][gym["command"].index("--host") + 1] == "0.0.0.0"
     assert gym["command"][gym["command"].index("--port") + 1] == "9000"
     assert "ports" not in gym, "the Gym server is reachable only on the compose network"

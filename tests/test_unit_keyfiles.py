@@ -135,3 +135,63 @@ def test_replicas_starting_together_on_one_volume_agree_on_one_key(tmp_path: Pat
         keys = pool.map(_first_start, [str(tmp_path)] * 16)
     assert len(set(keys)) == 1 and len(keys[0]) == 64, set(keys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["api_key", "signing_key"]
+
+
+def test_api_key_dir_keeps_the_api_key_apart_from_the_signing_key(tmp_path: Path) -> None:
+    """compose: the quickstart client mounts the API key's folder only, so the signing key must not
+    be in it."""
+    state, api = tmp_path / "state", tmp_path / "api"
+    state.mkdir()
+    api.mkdir()
+    settings, notes = serve_settings("--state-dir", str(state), "--api-key-dir", str(api))
+    assert sorted(p.name for p in state.iterdir()) == ["signing_key"]
+    assert sorted(p.name for p in api.iterdir()) == ["api_key"]
+    assert stat.S_IMODE((api / "api_key").stat().st_mode) == 0o600
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == (api / "api_key").read_text().strip()
+    assert any(str(api / "api_key") in n for n in notes)
+    with pytest.raises(StartupError, match=r"api_key_dir .*nowhere is not a directory"):
+        serve_settings("--state-dir", str(state), "--api-key-dir", str(tmp_path / "nowhere"))
+
+
+def test_an_api_key_generated_before_api_key_dir_was_set_is_kept(tmp_path: Path) -> None:
+    """An existing deployment upgraded to the separate folder: clients keep the key they have."""
+    state, api = tmp_path / "state", tmp_path / "api"
+    state.mkdir()
+    api.mkdir()
+    serve_settings("--state-dir", str(state))
+    earlier = (state / "api_key").read_text()
+    settings, _ = serve_settings("--state-dir", str(state), "--api-key-dir", str(api))
+    assert (api / "api_key").read_text() == earlier
+    assert settings.api_key is not None and settings.api_key.get_secret_value() == earlier.strip()
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "GYM_MCP_BRIDGE_API_KEY",
+        "GYM_MCP_BRIDGE_SECRET",
+        "GYM_MCP_BRIDGE_API_KEY_FILE",
+        "GYM_MCP_BRIDGE_SECRET_FILE",
+        "GYM_MCP_BRIDGE_STATE_DIR",
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "show-config"])
+def test_an_empty_key_setting_is_refused_in_one_line(variable: str, command: str, tmp_path: Path) -> None:
+    """`docker run -e GYM_MCP_BRIDGE_API_KEY=` once served an open REST surface that looked shut
+    (401 without a header, 200 for 'Bearer ' with nothing after it)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GYM_MCP_BRIDGE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", command, *(["--port", "0"] if command == "serve" else [])],
+        cwd=ROOT,
+        env={**clean, "GYM_MCP_BRIDGE_STATE_DIR": str(tmp_path), variable: ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = (done.stdout + done.stderr).strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    flag = variable.removeprefix("GYM_MCP_BRIDGE_").lower().replace("_", "-")
+    assert f"--{flag} / {variable}: is set but empty" in line, line
+    assert list(tmp_path.iterdir()) == [], "nothing was generated for a refused start"
