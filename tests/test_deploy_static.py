@@ -287,8 +287,8 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def kustomize_build(tmp_path: Path) -> list[dict[str, Any]]:
-    """`kubectl kustomize` of a copy of the example, with the two key files made as its
-    kustomization.yaml says (openssl rand -hex 32 each)."""
+    """`kubectl kustomize` of a copy of the example as shipped: nothing made beforehand (the keys are
+    made in the cluster by the Job in keys-job.yaml, tests/test_kubernetes.py)."""
     kubectl = shutil.which("kubectl")
     if not kubectl:
         if os.environ.get("CI") == "true":  # this machine kind ships kubectl; a green CI must have run it
@@ -296,11 +296,6 @@ def kustomize_build(tmp_path: Path) -> list[dict[str, Any]]:
         pytest.skip("kubectl not installed: kustomize build not checked (the manifests are, above)")
     copy = tmp_path / "kubernetes"
     shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("secrets"))
-    missing = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
-    assert missing.returncode != 0 and "secrets/secret" in missing.stderr, "no key files: no manifests"
-    (copy / "secrets").mkdir()
-    for name in ("secret", "api-key"):
-        (copy / "secrets" / name).write_text(os.urandom(32).hex() + "\n")
     built = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     proc = subprocess.run(
@@ -313,21 +308,30 @@ def kustomize_build(tmp_path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(built.stdout) if d]
 
 
-def test_kustomize_build_validates_and_generates_the_secret(tmp_path: Path) -> None:
+def test_kustomize_build_validates_and_ships_no_key(tmp_path: Path) -> None:
     docs = kustomize_build(tmp_path)
     kinds = [d["kind"] for d in docs]
-    assert {"StatefulSet", "Service", "Secret"} <= set(kinds)
-    (secret,) = [d for d in docs if d["kind"] == "Secret"]
-    assert set(secret["data"]) == {"secret", "api-key"}
-    name = secret["metadata"]["name"]
-    assert name.startswith("gym-mcp-bridge-signing-key-"), "content hash: a key change rolls the pods"
+    assert {"StatefulSet", "Service", "Job", "Role", "RoleBinding", "ServiceAccount", "ConfigMap"} <= set(
+        kinds
+    )
+    assert "Secret" not in kinds, "no key in the manifests: the Job makes them in the cluster"
+    job = next(d for d in docs if d["kind"] == "Job")
+    made = [arg.split("/", 1)[0] for arg in job["spec"]["template"]["spec"]["containers"][0]["args"]]
+    assert made == ["gym-mcp-bridge-signing-key", "gym-mcp-bridge-api-key"], "two Secrets: rotate each alone"
     sts = next(d for d in docs if d["kind"] == "StatefulSet")
-    used = [v["secret"]["secretName"] for v in sts["spec"]["template"]["spec"]["volumes"] if "secret" in v]
-    assert used == [name], "the StatefulSet mounts the generated Secret"
+    used = [
+        source["secret"]["name"]
+        for v in sts["spec"]["template"]["spec"]["volumes"]
+        for source in v.get("projected", {}).get("sources", [])
+        if "secret" in source
+    ]
+    assert used == made, (
+        "the StatefulSet mounts the Secrets the Job makes (fixed names: an apply never rolls the pods)"
+    )
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", str(K8S / "secrets" / "secret")], cwd=ROOT, capture_output=True
     )
-    assert ignored.returncode == 0, "the key files must never go into git"
+    assert ignored.returncode == 0, "key files of the older layout must never go into git"
 
 
 def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
@@ -356,7 +360,7 @@ def test_statefulset_pod_layout_and_advertise_url() -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     advertise = env["GYM_MCP_BRIDGE_ADVERTISE_URL"]["value"]
-    assert advertise == "http://$(POD_NAME).gym-mcp-bridge-headless.$(POD_NAMESPACE).svc.cluster.local:8000"
+    assert advertise == "http://$(POD_NAME).gym-mcp-bridge-headless.$(POD_NAMESPACE).svc:8000"
     # $(VAR) expands only from variables defined earlier in the list.
     assert order.index("POD_NAME") < order.index("GYM_MCP_BRIDGE_ADVERTISE_URL")
     assert order.index("POD_NAMESPACE") < order.index("GYM_MCP_BRIDGE_ADVERTISE_URL")
@@ -413,11 +417,15 @@ def test_pod_hardening_and_resources() -> None:
     bridge = _container(pod, "bridge")
     secret_file = {e["name"]: e.get("value") for e in bridge["env"]}["GYM_MCP_BRIDGE_SECRET_FILE"]
     mount = next(m for m in bridge["volumeMounts"] if secret_file.startswith(m["mountPath"] + "/"))
-    secret_name = volumes[mount["name"]]["secret"]["secretName"]
-    generated = yaml.safe_load((K8S / "kustomization.yaml").read_text())["secretGenerator"]
-    files = {g["name"]: [f.split("=", 1)[0] for f in g["files"]] for g in generated}
     key = secret_file.rsplit("/", 1)[1]
-    assert key in files[secret_name], (key, files)
+    (secret_name,) = [
+        s["secret"]["name"]
+        for s in volumes[mount["name"]]["projected"]["sources"]
+        if any(item["path"] == key for item in s["secret"]["items"])
+    ]
+    job = docs["Job/gym-mcp-bridge-keys"]["spec"]["template"]["spec"]["containers"][0]
+    made = dict(arg.split("/", 1) for arg in job["args"])
+    assert made[secret_name] == key, (secret_name, key, made)
     assert not any(e["name"] == "GYM_MCP_BRIDGE_SECRET" for e in bridge["env"]), "key from the file, not env"
 
 
@@ -444,14 +452,18 @@ def test_deploy_env_vars_are_bridge_settings() -> None:
 
 def test_examples_ship_an_api_key_and_a_network_policy() -> None:
     docs = k8s_docs()
-    (generated,) = yaml.safe_load((K8S / "kustomization.yaml").read_text())["secretGenerator"]
-    assert generated["name"] == "gym-mcp-bridge-signing-key"
-    assert [f.split("=", 1)[0] for f in generated["files"]] == ["secret", "api-key"]
+    job = docs["Job/gym-mcp-bridge-keys"]["spec"]["template"]["spec"]["containers"][0]
+    made = dict(arg.split("/", 1) for arg in job["args"])
+    assert made == {"gym-mcp-bridge-signing-key": "secret", "gym-mcp-bridge-api-key": "api-key"}
     assert not any(d["kind"] == "Secret" for d in docs.values()), "no key is committed"
     pod = docs["StatefulSet/gym-mcp-bridge"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in _container(pod, "bridge")["env"]}
     mounted = {
-        item["key"]: item["path"] for v in pod["volumes"] if "secret" in v for item in v["secret"]["items"]
+        item["key"]: item["path"]
+        for v in pod["volumes"]
+        for source in v.get("projected", {}).get("sources", [])
+        for item in source["secret"]["items"]
+        if source["secret"]["name"] == "gym-mcp-bridge-api-key"
     }
     assert env["GYM_MCP_BRIDGE_API_KEY_FILE"].endswith("/" + mounted["api-key"])
     assert "gym-mcp-bridge.$(POD_NAMESPACE).svc:*" in env["GYM_MCP_BRIDGE_ALLOWED_HOSTS"]
