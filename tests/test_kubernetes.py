@@ -611,3 +611,135 @@ def test_hosts_and_peers_as_the_bridge_checks_them(
         assert host_allowed(host, allowed), host
     for host in ("evil.example:8000", f"gym-mcp-bridge-1.gym-mcp-bridge-headless.{namespace}.svc:8000"):
         assert not host_allowed(host, allowed), host
+
+
+def test_the_docs_name_the_service_as_the_manifests_accept_it(docs: list[dict[str, Any]]) -> None:
+    """The Kubernetes instance block of docs/clients.md reaches the seed Service by a name its
+    allow-list accepts, on any cluster domain."""
+    from bridge.http.guard import host_allowed, rebinding_protection
+    from bridge.settings import Settings
+
+    text = (ROOT / "docs" / "clients.md").read_text()
+    urls = re.findall(r"bridge_url: (http://gym-mcp-bridge\.[^\s]+)", text)
+    assert urls, "the Kubernetes block of docs/clients.md"
+    env = pod_env(docs, "gym-mcp-bridge-0", NS)
+    settings = Settings(
+        advertise_url=env["GYM_MCP_BRIDGE_ADVERTISE_URL"],
+        allowed_hosts=env["GYM_MCP_BRIDGE_ALLOWED_HOSTS"],
+        host=env["GYM_MCP_BRIDGE_HOST"],
+    )
+    allowed = rebinding_protection(settings, settings.host, env["GYM_MCP_BRIDGE_ADVERTISE_URL"]).allowed_hosts
+    for url in urls:
+        host = url.removeprefix("http://").split("/")[0]
+        assert "cluster.local" not in host
+        assert host_allowed(host, allowed or []), host
+
+
+FAKE_KUBECTL = r'''
+"""kubectl for the rotation snippets of docs/deployment.md (a test double around the real one):
+`patch` is the real `kubectl patch --local` on the stored Secret, then stringData folded into data
+as the API server does; `get ... -o jsonpath={.data.KEY}` prints it; `rollout` is logged."""
+import base64, json, pathlib, subprocess, sys
+
+state = pathlib.Path(sys.argv[1])
+args = sys.argv[2:]
+log = state / "log"
+if "-n" in args:
+    i = args.index("-n")
+    del args[i : i + 2]
+if args[0] == "rollout":
+    with log.open("a") as f:
+        f.write(" ".join(args) + "\n")
+elif args[0] == "get":
+    name, path = args[2], args[args.index("-o") + 1]
+    key = path.removeprefix("jsonpath={.data.").removesuffix("}")
+    print(json.loads((state / name).read_text())["data"][key], end="")
+elif args[0] == "patch":
+    name, patch = args[2], args[args.index("-p") + 1]
+    out = subprocess.run(
+        ["kubectl", "patch", "--local", "-f", str(state / name), "--type", "merge",
+         "-p", patch, "-o", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    secret = json.loads(out)
+    for k, v in secret.pop("stringData", {}).items():
+        secret["data"][k] = base64.b64encode(v.encode()).decode()
+    (state / name).write_text(json.dumps(secret))
+    with log.open("a") as f:
+        f.write(f"patch {name}\n")
+else:
+    sys.exit(f"fake kubectl: {args}")
+'''
+
+
+def rotation_snippets() -> list[str]:
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    section = text[text.index("### Rotating a key") :]
+    section = section[: section.index("\n### ")]
+    return [re.sub(r"(?m)^  ", "", block) for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+
+
+def test_the_documented_rotations_write_what_the_bridge_reads(tmp_path: Path) -> None:
+    """The shell of docs/deployment.md's "Rotating a key", run by bash with kubectl's real local patch:
+    each step leaves the key file the bridge reads with the keys in the documented order, and
+    restarts the pods after each change; the other Secret is never touched."""
+    kubectl()
+    from bridge.settings import Settings
+
+    state = tmp_path / "state"
+    state.mkdir()
+    old = {
+        "gym-mcp-bridge-signing-key": ("secret", os.urandom(32).hex()),
+        "gym-mcp-bridge-api-key": ("api-key", "k" * 64),
+    }
+    for name, (key, value) in old.items():
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "type": "Opaque",
+            "data": {key: base64.b64encode((value + "\n").encode()).decode()},
+        }
+        (state / name).write_text(json.dumps(secret))
+    helper = tmp_path / "fake_kubectl.py"
+    helper.write_text(FAKE_KUBECTL)
+
+    def data(name: str) -> str:
+        key = old[name][0]
+        return base64.b64decode(json.loads((state / name).read_text())["data"][key]).decode()
+
+    api_block, signing_block = rotation_snippets()
+    prelude = f'kubectl() {{ "{sys.executable}" "{helper}" "{state}" "$@"; }}\nset -e\n'
+
+    run = subprocess.run(["bash", "-c", prelude + api_block], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert re.fullmatch(r"[0-9a-f]{64}", data("gym-mcp-bridge-api-key"))
+    assert data("gym-mcp-bridge-api-key") != old["gym-mcp-bridge-api-key"][1]
+    assert data("gym-mcp-bridge-signing-key") == old["gym-mcp-bridge-signing-key"][1] + "\n", "not touched"
+    assert (state / "log").read_text().splitlines()[-2:] == [
+        "rollout restart statefulset/gym-mcp-bridge",
+        "rollout status statefulset/gym-mcp-bridge",
+    ]
+    api_key = data("gym-mcp-bridge-api-key")
+
+    # the signing-key block, step by step: the key file after each patch, as the bridge reads it
+    seen: list[list[str]] = []
+    probe = tmp_path / "keys"
+    stepped = signing_block.replace(
+        'kubectl -n "$ns" rollout restart',
+        f"\"{sys.executable}\" -c \"import base64, json, sys; print(json.loads(open(sys.argv[1]).read())['data']['secret'])\" "
+        f'"{state}/gym-mcp-bridge-signing-key" >> "{probe}"\n    kubectl -n "$ns" rollout restart',
+    )
+    run = subprocess.run(["bash", "-c", prelude + stepped], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    for line in probe.read_text().splitlines():
+        path = tmp_path / "secret_file"
+        path.write_bytes(base64.b64decode(line))
+        seen.append(Settings(secret_file=path).signing_keys()[0])
+    first = old["gym-mcp-bridge-signing-key"][1]
+    assert len(seen) == 3
+    new = seen[2][0]
+    assert seen == [[first, new], [new, first], [new]]
+    assert new != first and re.fullmatch(r"[0-9a-f]{64}", new)
+    assert data("gym-mcp-bridge-api-key") == api_key, "the API key's Secret is not touched"
+    assert (state / "log").read_text().count("rollout restart") == 1 + 3
