@@ -17,6 +17,7 @@ child process with the interpreter and arguments the Job gives it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -27,6 +28,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -743,3 +745,220 @@ def test_the_documented_rotations_write_what_the_bridge_reads(tmp_path: Path) ->
     assert new != first and re.fullmatch(r"[0-9a-f]{64}", new)
     assert data("gym-mcp-bridge-api-key") == api_key, "the API key's Secret is not touched"
     assert (state / "log").read_text().count("rollout restart") == 1 + 3
+
+
+# ------------------------------------- two pods as the StatefulSet runs them, reached through a tunnel
+
+
+class Tunnel:
+    """What `kubectl port-forward svc/gym-mcp-bridge L:8000` gives a workstation: a local port whose
+    connections end up at one pod's port, bytes passed as they are (the Host header too)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pipe(src: Any, dst: Any) -> None:
+        import socket
+
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def test_two_pods_through_a_port_forward(
+    apiserver: FakeApiServer, docs: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The StatefulSet's bridge container, twice (pods 0 and 1), with the env the kubelet makes from
+    the manifest and the keys the Job made (through the API double), each in its own mount namespace
+    whose /etc/hosts gives the pods' names (`<pod>.gym-mcp-bridge-headless.<ns>.svc`, no cluster
+    domain) their own loopback addresses, each over its own Gym server. A workstation reaches pod 0
+    through a tunnel, as `kubectl port-forward` gives it (Host: localhost:L, no allowed_hosts
+    change): it seeds and plays a whole MCP rollout at the tunnel's URL + `mcp.url_path`, and plays a
+    session the trainer seeded on pod 1 (through the Service's name), which pod 0 forwards to its
+    owner by the owner's advertise URL. Rewards come from the Gym servers' own /verify."""
+    import asyncio
+
+    import httpx
+    from conftest import GYM_PYTHON, boot_upstream, wait_for_upstream
+    from container_helpers import SEED_ROW, TOKEN_HEADER, mcp_call, responses_object, result_json
+
+    from benchmarks.procs import free_port
+
+    if not can_unshare():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs as root with unshare: the pods were not run")
+        pytest.skip("needs root and unshare --mount (a private /etc/hosts per pod)")
+    if not GYM_PYTHON.exists():
+        pytest.fail("the Gym environment is missing: run 'make setup'")
+
+    # the keys, as the Job makes them in the cluster
+    made = run_job(apiserver, docs, job_account(apiserver, docs, tmp_path))
+    assert made.returncode == 0, made.stderr
+    api_key = apiserver.value(NS, "gym-mcp-bridge-api-key", "api-key").strip()
+
+    port = free_port()  # the pods' port (8000 in the manifest; this machine may already use 8000)
+    pods = [f"gym-mcp-bridge-{i}" for i in range(2)]
+    ips = ["127.0.0.2", "127.0.0.3"]
+    names = [f"{pod}.gym-mcp-bridge-headless.{NS}.svc" for pod in pods]
+    hosts = tmp_path / "hosts"
+    hosts.write_text(
+        "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for ip, name in zip(ips, names, strict=True))
+    )
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for name, key in job_secrets(docs):
+        (keys / key).write_text(apiserver.value(NS, name, key))
+
+    started: list[subprocess.Popen[bytes]] = []
+    tunnel = None
+    try:
+        upstreams = []
+        for i in range(2):
+            log = tmp_path / f"upstream-{i}.log"
+            proc = boot_upstream(
+                GYM_PYTHON, "example_session_state_mgmt", tmp_path / f"upstream-{i}.json", log
+            )
+            started.append(proc)
+            upstreams.append(wait_for_upstream(proc, tmp_path / f"upstream-{i}.json", log, time_left(240)))
+        logs = []
+        for i, pod in enumerate(pods):
+            env = pod_env(docs, pod, NS)
+            assert env["GYM_MCP_BRIDGE_ADVERTISE_URL"] == f"http://{names[i]}:8000"
+            mounted = {
+                env["GYM_MCP_BRIDGE_SECRET_FILE"]: keys / "secret",
+                env["GYM_MCP_BRIDGE_API_KEY_FILE"]: keys / "api-key",
+            }
+            env.update(
+                GYM_MCP_BRIDGE_ADVERTISE_URL=f"http://{names[i]}:{port}",
+                GYM_MCP_BRIDGE_HOST=ips[i],  # the pod's own address; 0.0.0.0 in its own network namespace
+                GYM_MCP_BRIDGE_PORT=str(port),
+                GYM_MCP_BRIDGE_UPSTREAM_URL=upstreams[i],
+                GYM_MCP_BRIDGE_SECRET_FILE=str(mounted[env["GYM_MCP_BRIDGE_SECRET_FILE"]]),
+                GYM_MCP_BRIDGE_API_KEY_FILE=str(mounted[env["GYM_MCP_BRIDGE_API_KEY_FILE"]]),
+                GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S="5",
+                HOME=str(tmp_path),
+            )
+            base = {k: v for k, v in os.environ.items() if not k.startswith("GYM_MCP_BRIDGE_")}
+            log_path = tmp_path / f"{pod}.log"
+            logs.append(log_path)
+            started.append(
+                subprocess.Popen(
+                    [
+                        "unshare",
+                        "--mount",
+                        "sh",
+                        "-c",
+                        'mount --bind "$0" /etc/hosts && exec "$@"',
+                        str(hosts),
+                        sys.executable,
+                        "-m",
+                        "bridge",
+                        "serve",
+                    ],
+                    cwd=ROOT,
+                    env={**base, **env},
+                    stdout=log_path.open("wb"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        for i, log_path in enumerate(logs):  # ready: the upstream answers and the advertise URL reaches it
+            deadline = time_left(120)
+            while True:
+                assert started[2 + i].poll() is None, log_path.read_text()
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://{ips[i]}:{port}/readyz", timeout=2).status_code == 200:
+                        break
+                assert time_left(0) < deadline, log_path.read_text()
+                time.sleep(0.2)
+
+        tunnel = Tunnel((ips[0], port))
+        outside = f"http://localhost:{tunnel.port}"
+        auth = {"Authorization": f"Bearer {api_key}"}
+        calls = [
+            ("increment_counter", {"count": 1}),
+            ("increment_counter", {"count": 2}),
+            ("get_counter_value", {}),
+        ]
+
+        def play(seeded: dict[str, Any], owner: int) -> float:
+            meta = seeded["mcp"]
+            assert meta["url"] == f"http://{names[owner]}:{port}/mcp", "the owner's in-cluster URL"
+            headers = {TOKEN_HEADER: meta["headers"][TOKEN_HEADER]}
+            results = asyncio.run(mcp_call(f"{outside}{meta['url_path']}", headers, calls))
+            assert result_json(results[-1]) == {"count": 6}
+            body = {**SEED_ROW, "response": responses_object(calls, "6"), "expected_count": 6}
+            verified = httpx.post(f"{outside}/verify", json=body, headers={**auth, **headers}, timeout=60)
+            assert verified.status_code == 200, verified.text
+            return float(verified.json()["reward"])
+
+        # the workstation seeds through the tunnel: pod 0 owns the session
+        seeded = httpx.post(f"{outside}/seed_session", json=SEED_ROW, headers=auth, timeout=30)
+        assert seeded.status_code == 200, seeded.text
+        assert play(seeded.json(), owner=0) == 1.0
+        # the trainer seeds inside the cluster, through the Service's name; the pod behind it was pod 1
+        seeded = httpx.post(
+            f"http://{ips[1]}:{port}/seed_session",
+            json=SEED_ROW,
+            headers={**auth, "Host": f"gym-mcp-bridge.{NS}.svc:{port}"},
+            timeout=30,
+        )
+        assert seeded.status_code == 200, seeded.text
+        assert play(seeded.json(), owner=1) == 1.0
+        metrics = httpx.get(f"http://{ips[0]}:{port}/metrics", timeout=5).text
+        relayed = re.search(r'gym_mcp_bridge_forwarded_total\{outcome="relayed"\} (\S+)', metrics)
+        assert relayed and float(relayed[1]) >= 4, "pod 0 forwarded pod 1's calls and /verify to pod 1"
+        # without the API key the tunnel seeds nothing
+        assert httpx.post(f"{outside}/seed_session", json=SEED_ROW, timeout=30).status_code == 401
+    finally:
+        if tunnel is not None:
+            tunnel.close()
+        for proc in reversed(started):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    if proc in started[:2]:
+                        os.killpg(proc.pid, 9)
+                    else:
+                        proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(30)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def time_left(seconds: float) -> float:
+    return time.monotonic() + seconds
