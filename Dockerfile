@@ -2,16 +2,18 @@
 #
 #   docker build -t gym-mcp-bridge .                       # nemo-gym 0.4.0 (Python 3.12)
 #   docker build --build-arg NEMO_GYM_VERSION=0.7.0 --build-arg GYM_PYTHON_IMAGE=python:3.13-slim \
+#     --build-arg NEMO_GYM_LOCK_SHA256=$(sha256sum scripts/gym-env/nemo-gym-0.7.0.lock.txt | cut -c1-64) \
 #     -t gym-mcp-bridge:gym-0.7.0 .                        # nemo-gym 0.7.0 (Python 3.13 upstream)
 #   docker run --rm -p 8000:8000 -e GYM_MCP_BRIDGE_SECRET_FILE=/run/secrets/bridge_secret \
 #     -v "$PWD/secrets/bridge_secret:/run/secrets/bridge_secret:ro" gym-mcp-bridge
 #
-# Stages: `uv` (uv from PyPI), `bridge-env` (the bridge's venv from uv.lock, no dev group),
-# `gym-env` (the Gym venv: nemo-gym + the resource-server import slice, on GYM_PYTHON_IMAGE's
-# Python), final (non-root, no compilers, both venvs, and the Gym venv's interpreter when it is not
-# the base's). Each venv is built at the path it has in the final stage, so the absolute paths uv
-# writes into scripts and pyvenv.cfg stay valid. Builds for two NEMO_GYM_VERSIONs share the `uv` and
-# `bridge-env` stages and the runtime's first layers through the build cache.
+# Stages: `uv` (uv from PyPI, pinned by hash), `bridge-env` (the bridge's venv from uv.lock, no dev
+# group), `gym-env` (the Gym venv: nemo-gym + the resource-server import slice from a hashed lock, on
+# GYM_PYTHON_IMAGE's Python), final (non-root, no compilers, both venvs, and the Gym venv's
+# interpreter when it is not the base's). Each venv is built at the path it has in the final stage,
+# so the absolute paths uv writes into scripts and pyvenv.cfg stay valid. Builds for two
+# NEMO_GYM_VERSIONs share the `uv` and `bridge-env` stages and the runtime's first layers through the
+# build cache.
 # No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time, or
 # is generated on first start into GYM_MCP_BRIDGE_STATE_DIR (compose: a named volume).
 
@@ -23,12 +25,20 @@ ARG PYTHON_BASE=python:3.12-slim@sha256:78387bc3881b8273120a12ebe6c1ab22b018ccc2
 # later need Python 3.13 (declared >= 3.13.14): GYM_PYTHON_IMAGE=python:3.13-slim (pin it by digest
 # the same way). The bridge keeps PYTHON_BASE's Python; the Gym venv's interpreter is copied beside it.
 ARG GYM_PYTHON_IMAGE=${PYTHON_BASE}
+# The sha256 of the Gym environment's lock, scripts/gym-env/nemo-gym-<NEMO_GYM_VERSION>.lock.txt: the
+# image's io.nemo-gym.lock label, checked against the lock when the Gym stage is built. The default
+# is the default version's lock (`make gym-lock` keeps it current); another version's build passes
+# its own: --build-arg NEMO_GYM_LOCK_SHA256=$(sha256sum scripts/gym-env/nemo-gym-0.7.0.lock.txt | cut -c1-64)
+ARG NEMO_GYM_LOCK_SHA256=a9ef3c32561fc16900e4cc943e14f15ba7a27edb4786c766efc035e0480a741d
 
 FROM ${PYTHON_BASE} AS uv
-ARG UV_VERSION=0.13.9
-# --target keeps the uv binary at a fixed path whatever the interpreter's install prefix is.
+# uv pinned by hash (scripts/uv-requirements.txt: a hash for every platform's wheel; `make uv-lock
+# UV_VERSION=...` bumps it), wheels only. --target keeps the uv binary at a fixed path whatever the
+# interpreter's install prefix is.
+COPY scripts/uv-requirements.txt /tmp/uv-requirements.txt
 RUN PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
-    pip install --no-cache-dir --target /opt/uv "uv==${UV_VERSION}"
+    pip install --no-cache-dir --require-hashes --only-binary :all: --target /opt/uv \
+      -r /tmp/uv-requirements.txt
 ENV PATH=/opt/uv/bin:$PATH \
     UV_PYTHON=/usr/local/bin/python3 \
     UV_PYTHON_DOWNLOADS=never \
@@ -55,16 +65,27 @@ ENV PATH=/opt/uv/bin:$PATH \
     UV_LINK_MODE=copy \
     UV_COMPILE_BYTECODE=1 \
     UV_NO_CACHE=1
-COPY scripts/setup-gym-env.sh scripts/find-python.sh scripts/gym-requirements.txt \
-     scripts/gym-requirements-0.7.txt /opt/gym-setup/
+COPY scripts/setup-gym-env.sh scripts/find-python.sh /opt/gym-setup/
 ARG NEMO_GYM_VERSION=0.4.0
-# setup-gym-env.sh picks the import slice for the release line and states how it handles the
-# interpreter (a 3.13 older than 3.13.14 is installed over, and says so). The venv is made on the
-# interpreter's real path, which the final stage keeps (python3 there is the bridge's).
+# The hashed lock of NEMO_GYM_VERSION alone (relocking another version changes no layer here); the
+# README keeps the COPY from coming up empty when there is no lock: setup-gym-env.sh then says how
+# to make one. Each pinned file is checked against the lock's hashes (--require-hashes).
+COPY scripts/gym-env/README.md scripts/gym-env/nemo-gym-${NEMO_GYM_VERSION}.lock.tx[t] /opt/gym-setup/gym-env/
+ARG NEMO_GYM_LOCK_SHA256
+# The lock must be the one NEMO_GYM_LOCK_SHA256 names: that is the image's io.nemo-gym.lock label.
+# setup-gym-env.sh states how it handles the interpreter (a 3.13 older than 3.13.14 is installed
+# over, and says so). The venv is made on the interpreter's real path, which the final stage keeps
+# (python3 there is the bridge's).
 RUN python=$(readlink -f /usr/local/bin/python3) \
+    && lock="/opt/gym-setup/gym-env/nemo-gym-${NEMO_GYM_VERSION}.lock.txt" \
+    && if [ -f "$lock" ] && sum=$(sha256sum "$lock") && [ "${sum%% *}" != "${NEMO_GYM_LOCK_SHA256}" ]; then \
+         echo "the lock of nemo-gym ${NEMO_GYM_VERSION} (scripts/gym-env/) has sha256 ${sum%% *}, not" \
+              "NEMO_GYM_LOCK_SHA256=${NEMO_GYM_LOCK_SHA256} (the io.nemo-gym.lock label): build with" \
+              "--build-arg NEMO_GYM_LOCK_SHA256=${sum%% *} (docs/gym-versions.md)" >&2; exit 1; fi \
     && { NEMO_GYM_VERSION="${NEMO_GYM_VERSION}" /opt/gym-setup/setup-gym-env.sh /opt/gym-env "$python" \
-         || { echo "nemo-gym ${NEMO_GYM_VERSION} on $python failed; nemo-gym 0.5 and later need" \
-              "--build-arg GYM_PYTHON_IMAGE=python:3.13-slim (docs/gym-versions.md)" >&2; exit 1; }; }
+         || { [ ! -f "$lock" ] || echo "nemo-gym ${NEMO_GYM_VERSION} on $python failed; nemo-gym 0.5" \
+              "and later need --build-arg GYM_PYTHON_IMAGE=python:3.13-slim (docs/gym-versions.md)" >&2; \
+              exit 1; }; }
 COPY scripts/copy-python.sh /opt/gym-setup/
 ARG PYTHON_BASE
 ARG GYM_PYTHON_IMAGE
@@ -99,7 +120,8 @@ COPY examples/quickstart.py /opt/quickstart.py
 # a new named volume takes this directory's owner and mode, so only uid 10001 can read them.
 RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/gym-mcp-bridge
 ARG NEMO_GYM_VERSION=0.4.0
-LABEL io.nemo-gym.version="${NEMO_GYM_VERSION}"
+ARG NEMO_GYM_LOCK_SHA256
+LABEL io.nemo-gym.version="${NEMO_GYM_VERSION}" io.nemo-gym.lock="${NEMO_GYM_LOCK_SHA256}"
 ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,20 +1,22 @@
-# gym-mcp-bridge: make setup | run | test | lint | bench | sweep
-# Idempotent: uv is bootstrapped into .cache/ when missing, the bridge environment is .venv (from
-# uv.lock), the Gym environment for the upstream is .gym-env (nemo-gym on Python 3.12).
+# gym-mcp-bridge: make setup | run | test | lint | bench | sweep | gym-lock | uv-lock
+# Idempotent: uv is bootstrapped into .cache/ when missing (pinned by hash: scripts/uv-requirements.txt),
+# the bridge environment is .venv (from uv.lock), the Gym environment for the upstream is .gym-env
+# (nemo-gym on Python 3.12, from the hashed lock scripts/gym-env/nemo-gym-$(NEMO_GYM_VERSION).lock.txt).
 
 SHELL := /bin/bash
-UV_VERSION := 0.13.9
+UV_VERSION ?= $(shell sed -n 's/^uv==\([^ ]*\).*/\1/p' scripts/uv-requirements.txt)
 NEMO_GYM_VERSION ?= 0.4.0
 UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.cache/uv-venv/bin/uv)
 BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find-python.sh 3.12)
 GYM_PYTHON_BASE ?=# empty: setup-gym-env.sh picks 3.12 for nemo-gym <= 0.4, 3.13 for later
 PYTEST_ARGS ?=
 
-.PHONY: setup gym-env run test lint fmt bench sweep clean
+.PHONY: setup gym-env gym-lock uv-lock run test lint fmt bench sweep clean
 
-$(CURDIR)/.cache/uv-venv/bin/uv:
+$(CURDIR)/.cache/uv-venv/bin/uv: scripts/uv-requirements.txt
 	python3 -m venv .cache/uv-venv
-	.cache/uv-venv/bin/pip install -q "uv==$(UV_VERSION)"
+	.cache/uv-venv/bin/pip install -q --require-hashes --only-binary :all: -r scripts/uv-requirements.txt
+	touch $@
 
 setup: $(UV)
 	$(UV) sync -q --frozen --python "$(BRIDGE_PYTHON)"
@@ -22,6 +24,15 @@ setup: $(UV)
 
 gym-env: $(UV)
 	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env-$(NEMO_GYM_VERSION) $(GYM_PYTHON_BASE)
+
+# The hashed lock the Gym environment of NEMO_GYM_VERSION installs from (docs/gym-versions.md):
+# made or bumped from PyPI; commit it. `scripts/lock.sh gym` redoes every lock.
+gym-lock: $(UV)
+	UV="$(UV)" scripts/lock.sh gym $(NEMO_GYM_VERSION)
+
+# uv pinned by hash for the Dockerfile and the bootstrap above: make uv-lock UV_VERSION=0.14.0
+uv-lock: $(UV)
+	UV="$(UV)" scripts/lock.sh uv $(UV_VERSION)
 
 run: setup
 	.venv/bin/gym-mcp-bridge serve $(ARGS)

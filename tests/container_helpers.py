@@ -154,23 +154,58 @@ PYTHON_BASE = os.environ.get("GYM_MCP_BRIDGE_TEST_PYTHON_BASE", "python:3.12-sli
 
 
 def build_image(
-    engine: Engine, tag: str = IMAGE_TAG, buildargs: dict[str, str] | None = None
+    engine: Engine, tag: str = IMAGE_TAG, buildargs: dict[str, str] | None = None, **options: Any
 ) -> tuple[float, str]:
     """Builds the repository's Dockerfile through the Docker SDK (PYTHON_BASE = the local stand-in
-    unless told otherwise, then ``buildargs``); returns the seconds it took and the build's output."""
+    unless told otherwise, then ``buildargs``; ``options`` such as ``target``, ``nocache`` go to the
+    SDK's build); returns the seconds it took and the build's output."""
     t0 = time.monotonic()
     log: list[str] = []
     args = {"PYTHON_BASE": PYTHON_BASE} if PYTHON_BASE else {}
     args.update(buildargs or {})
     for chunk in engine.client.api.build(
-        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host", buildargs=args
-    ):
+        path=str(ROOT), tag=tag, rm=True, forcerm=True, decode=True, network_mode="host", buildargs=args,
+        **options,
+    ):  # fmt: skip
         if "stream" in chunk:
             log.append(chunk["stream"])
         if "error" in chunk:
             raise AssertionError(f"image build failed: {chunk['error']}\n{''.join(log)[-6000:]}")
     engine.client.images.get(tag)  # raises if the tag is missing
     return time.monotonic() - t0, "".join(log)
+
+
+# Run by the Gym venv's own interpreter in an image: what is installed (name -> version, from the
+# venv's dist-info) and what the lock the image holds pins for this platform (markers evaluated there).
+_GYM_ENV_PACKAGES = r"""
+import importlib.metadata as md, json
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+installed = {canonicalize_name(d.metadata["Name"]): d.version for d in md.distributions()}
+expected = {}
+for line in open("/opt/gym-env/nemo-gym.lock.txt").read().replace("\\\n", " ").splitlines():
+    if not line.strip() or line.lstrip().startswith("#"):
+        continue
+    spec, _, marker = line.split(" --hash=")[0].partition(";")
+    name, _, version = spec.strip().partition("==")
+    if not marker.strip() or Marker(marker.strip()).evaluate():
+        expected[canonicalize_name(name)] = version
+print(json.dumps({"installed": installed, "expected": expected}))
+"""
+
+
+def gym_env_packages(engine: Engine, image: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(installed, pinned by the image's lock) for /opt/gym-env of ``image`` (a full image or its
+    ``gym-env`` stage), read in a throwaway container without network."""
+    out = engine.client.containers.run(
+        image,
+        entrypoint=["/opt/gym-env/bin/python", "-c", _GYM_ENV_PACKAGES],
+        command=[],
+        network_disabled=True,
+        remove=True,
+    )
+    found = json.loads(out.decode())
+    return dict(found["installed"]), dict(found["expected"])
 
 
 class Running:

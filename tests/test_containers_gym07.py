@@ -17,6 +17,7 @@ over MCP with the official MCP SDK client, /verify with the recorded response.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import time
@@ -32,6 +33,7 @@ from container_helpers import (
     TOKEN_HEADER,
     Engine,
     Running,
+    gym_env_packages,
     image_session,
     key_file,
     make_base_image,
@@ -45,13 +47,18 @@ pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
 GYM07_TAG = "localhost/gym-mcp-bridge:test-gym-0.7.0"
 GYM_PYTHON_IMAGE = os.environ.get("GYM_MCP_BRIDGE_TEST_GYM_PYTHON_IMAGE", "python:3.13-slim")
 EXAMPLE_MODULE = "resources_servers.example_session_state_mgmt"
+LOCK07 = Path(__file__).resolve().parent.parent / "scripts" / "gym-env" / "nemo-gym-0.7.0.lock.txt"
 
 
 @pytest.fixture(scope="module")
 def image07(docker_engine: Engine) -> Iterator[str]:
     """The image with a nemo-gym 0.7.0 upstream, built once per module."""
     TIMINGS["base_image_313_s"] = make_base_image("3.13")
-    buildargs = {"NEMO_GYM_VERSION": "0.7.0", "GYM_PYTHON_IMAGE": GYM_PYTHON_IMAGE}
+    buildargs = {
+        "NEMO_GYM_VERSION": "0.7.0",
+        "GYM_PYTHON_IMAGE": GYM_PYTHON_IMAGE,
+        "NEMO_GYM_LOCK_SHA256": hashlib.sha256(LOCK07.read_bytes()).hexdigest(),
+    }
     yield from image_session(docker_engine, GYM07_TAG, buildargs, "image_gym07")
 
 
@@ -115,6 +122,10 @@ def test_image_on_nemo_gym_07(docker_engine: Engine, image07: str, secret: Path)
     tag, log = image07, BUILD_LOGS[image07]
     labels = docker_engine.client.images.get(tag).attrs["Config"]["Labels"]
     assert labels["io.nemo-gym.version"] == "0.7.0", labels
+    # The lock it was built from (its sha256, checked by the build), and exactly what that lock pins
+    assert labels["io.nemo-gym.lock"] == hashlib.sha256(LOCK07.read_bytes()).hexdigest(), labels
+    installed, expected = gym_env_packages(docker_engine, tag)
+    assert installed == expected and expected["nemo-gym"] == "0.7.0", installed.items() ^ expected.items()
     # The interpreter question, stated in the build's own output by setup-gym-env.sh when the Gym
     # stage was built in this build (not when it came from the build cache)
     if "building the Gym environment in /opt/gym-env" in log:
