@@ -4,8 +4,8 @@
 #   docker build --build-arg NEMO_GYM_VERSION=0.7.0 --build-arg GYM_PYTHON_IMAGE=python:3.13-slim \
 #     --build-arg NEMO_GYM_LOCK_SHA256=$(sha256sum scripts/gym-env/nemo-gym-0.7.0.lock.txt | cut -c1-64) \
 #     -t gym-mcp-bridge:gym-0.7.0 .                        # nemo-gym 0.7.0 (Python 3.13 upstream)
-#   docker run --rm -p 8000:8000 -e GYM_MCP_BRIDGE_SECRET_FILE=/run/secrets/bridge_secret \
-#     -v "$PWD/secrets/bridge_secret:/run/secrets/bridge_secret:ro" gym-mcp-bridge
+#   docker run -d --name gmb -p 8000:8000 -v gym-mcp-bridge-state:/var/lib/gym-mcp-bridge gym-mcp-bridge
+#   docker exec gmb gym-mcp-bridge show-config          # the MCP URL and the REST API key
 #
 # Stages: `uv` (uv from PyPI, pinned by hash), `bridge-env` (the bridge's venv from uv.lock, no dev
 # group), `gym-env` (the Gym venv: nemo-gym + the resource-server import slice from a hashed lock, on
@@ -14,8 +14,9 @@
 # so the absolute paths uv writes into scripts and pyvenv.cfg stay valid. Builds for two
 # NEMO_GYM_VERSIONs share the `uv` and `bridge-env` stages and the runtime's first layers through the
 # build cache.
-# No secret is baked in: the signing key comes from GYM_MCP_BRIDGE_SECRET(_FILE) at run time, or
-# is generated on first start into GYM_MCP_BRIDGE_STATE_DIR (compose: a named volume).
+# No secret is baked in: the signing key and the REST API key come from GYM_MCP_BRIDGE_SECRET_FILE /
+# GYM_MCP_BRIDGE_API_KEY_FILE at run time, or are generated on first start into
+# GYM_MCP_BRIDGE_STATE_DIR (/var/lib/gym-mcp-bridge: a volume keeps them).
 
 # The base image, pinned by digest (the python:3.12-slim multi-arch index; re-resolve with
 # `docker buildx imagetools inspect python:3.12-slim` when bumping). A mirror or a local stand-in:
@@ -52,9 +53,9 @@ ENV UV_PROJECT_ENVIRONMENT=/opt/bridge
 WORKDIR /src
 # Dependencies first (layer cached until uv.lock or pyproject.toml change), then the project.
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project
+RUN uv sync --frozen --no-dev --extra container --no-install-project
 COPY bridge ./bridge
-RUN uv sync --frozen --no-dev --no-editable \
+RUN uv sync --frozen --no-dev --extra container --no-editable \
     && /opt/bridge/bin/gym-mcp-bridge --help >/dev/null
 
 # --- the Gym environment the upstream runs in ---------------------------------------------------
@@ -116,9 +117,11 @@ COPY --from=bridge-env /opt/bridge /opt/bridge
 RUN ln -s /opt/bridge/lib/python3.12/site-packages/bridge/upstream/boot.py /opt/upstream_boot.py
 # The quickstart client, for `docker compose run --rm quickstart` (it runs on the bridge's venv).
 COPY examples/quickstart.py /opt/quickstart.py
-# Where compose's named volume keeps the keys generated on first start (GYM_MCP_BRIDGE_STATE_DIR):
-# a new named volume takes this directory's owner and mode, so only uid 10001 can read them.
-RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/gym-mcp-bridge
+# Where the keys generated on first start are kept (GYM_MCP_BRIDGE_STATE_DIR, set below, so the image
+# alone requires an API key as compose does; mount a volume there to keep them). Compose keeps the API
+# key apart (GYM_MCP_BRIDGE_API_KEY_DIR), in a volume its quickstart client mounts without the
+# signing key. A new named volume takes its directory's owner and mode: only uid 10001 reads them.
+RUN install -d -o 10001 -g 10001 -m 0700 /var/lib/gym-mcp-bridge /var/lib/gym-mcp-bridge-api
 ARG NEMO_GYM_VERSION=0.4.0
 ARG NEMO_GYM_LOCK_SHA256
 LABEL io.nemo-gym.version="${NEMO_GYM_VERSION}" io.nemo-gym.lock="${NEMO_GYM_LOCK_SHA256}"
@@ -127,7 +130,8 @@ ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     GYM_MCP_BRIDGE_HOST=0.0.0.0 \
     GYM_MCP_BRIDGE_PORT=8000 \
-    GYM_MCP_BRIDGE_GYM_PYTHON=/opt/gym-env/bin/python
+    GYM_MCP_BRIDGE_GYM_PYTHON=/opt/gym-env/bin/python \
+    GYM_MCP_BRIDGE_STATE_DIR=/var/lib/gym-mcp-bridge
 USER 10001:10001
 WORKDIR /home/gym
 EXPOSE 8000
@@ -135,5 +139,7 @@ EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('GYM_MCP_BRIDGE_PORT', '8000') + '/healthz', timeout=4)"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["gym-mcp-bridge"]
+# dumb-init (PyPI, hashed in uv.lock) is PID 1: it reaps orphaned processes and passes signals to
+# the bridge alone (--single-child), which drains its calls and then stops its upstream itself.
+ENTRYPOINT ["dumb-init", "--single-child", "--", "gym-mcp-bridge"]
 CMD ["serve"]
