@@ -226,7 +226,7 @@ def test_two_builds_of_one_commit_install_the_same_locked_packages(
     assert labels["io.nemo-gym.lock"] == sha256(lock), labels
 
     installed, expected = gym_env_packages(docker_engine, docker_image)
-    assert installed == expected, {"not in the lock": installed.items() - expected.items()}
+    assert installed == expected, {"installed ^ lock": installed.items() ^ expected.items()}
     assert expected["nemo-gym"] == "0.4.0" and len(expected) > 50, expected
 
     tag = "localhost/gym-mcp-bridge:test-gym-env-rebuild"
