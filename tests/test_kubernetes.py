@@ -11,7 +11,12 @@ AlreadyExists, 403 Forbidden with RBAC's wording). It authorizes every request b
 ``resourceNames`` never admits a create), so the tests fail if the Role stops granting what the
 script needs. The Secret the script sends is validated against the Kubernetes schema
 (``kubernetes-validate --strict``). The script is the file the kustomization ships, run as a
-child process with the interpreter and arguments the Job gives it.
+child process with the interpreter and arguments the Job gives it, and (marked ``containers``) as the
+Job's container from the project's image.
+
+Two pods of the StatefulSet run for real (``test_two_pods_through_a_port_forward``): the bridge with
+the environment the kubelet makes from the manifest, the `.svc` names of the pods in a private
+/etc/hosts each, reached from "outside" through a TCP tunnel as ``kubectl port-forward`` gives it.
 """
 
 from __future__ import annotations
@@ -962,3 +967,68 @@ def test_two_pods_through_a_port_forward(
 
 def time_left(seconds: float) -> float:
     return time.monotonic() + seconds
+
+
+@pytest.mark.containers
+@pytest.mark.timeout(1200)
+def test_the_job_container_in_the_bridge_image(
+    apiserver: FakeApiServer,
+    docs: list[dict[str, Any]],
+    tmp_path: Path,
+    docker_engine: Any,
+    docker_image: str,
+) -> None:
+    """The Job's container as keys-job.yaml writes it, run from the project's image (its python3, its
+    user, read-only root, no capabilities), the ConfigMap's script and the service account mounted
+    where the kubelet mounts them, against the API double: both Secrets made, then kept."""
+    job = one(docs, "Job", "gym-mcp-bridge-keys")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = container["volumeMounts"]
+    config = one(docs, "ConfigMap", pod["volumes"][0]["configMap"]["name"])
+    script_dir = tmp_path / "configmap"
+    script_dir.mkdir()
+    for name, text in config["data"].items():
+        (script_dir / name).write_text(text)
+    sa = job_account(apiserver, docs, tmp_path)
+    for folder in (script_dir, sa):
+        folder.chmod(0o755)
+        for f in folder.iterdir():
+            f.chmod(0o644)
+
+    def run() -> tuple[int, str]:
+        box = docker_engine.client.containers.run(
+            docker_image,
+            entrypoint=container["command"],
+            command=container["args"],
+            user=f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}",
+            environment={
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(apiserver.port),
+            },
+            volumes={
+                str(script_dir): {"bind": mount["mountPath"], "mode": "ro"},
+                str(sa): {"bind": "/var/run/secrets/kubernetes.io/serviceaccount", "mode": "ro"},
+            },
+            network_mode="host",  # the API double listens on the host's loopback
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            labels={"gym-mcp-bridge.test": "1"},
+            detach=True,
+        )
+        try:
+            code = box.wait(timeout=120)["StatusCode"]
+            return code, box.logs().decode(errors="replace")
+        finally:
+            box.remove(force=True)
+
+    code, out = run()
+    assert code == 0, out
+    made = {name: apiserver.value(NS, name, key) for name, key in job_secrets(docs)}
+    assert all(re.fullmatch(r"[0-9a-f]{64}\n", v) for v in made.values()), made.keys()
+    assert out.count("gym-mcp-bridge-keys: created Secret") == 2, out
+    code, out = run()
+    assert code == 0, out
+    assert {name: apiserver.value(NS, name, key) for name, key in job_secrets(docs)} == made
+    assert out.count("gym-mcp-bridge-keys: kept Secret") == 2, out
