@@ -209,7 +209,8 @@ def gym_env_packages(engine: Engine, image: str) -> tuple[dict[str, str], dict[s
 
 
 class Running:
-    """A started container with a published port; removed on exit."""
+    """A started container with a published port, its keys' state directory on a named volume of its
+    own (as an operator runs the image: ``-v NAME:/var/lib/gym-mcp-bridge``); removed on exit."""
 
     def __init__(self, engine: Engine, image: str, secret: Path | None, env: dict[str, str] | None = None):
         self.engine = engine
@@ -223,7 +224,8 @@ class Running:
             "GYM_MCP_BRIDGE_ADVERTISE_URL": self.base_url,
             "CONTAINER_TEST_MARKER": self.marker,
         }
-        volumes = {}
+        self.state_volume = f"gmb-test-state-{self.marker[:12]}"
+        volumes = {self.state_volume: {"bind": "/var/lib/gym-mcp-bridge", "mode": "rw"}}
         if secret is not None:
             environment["GYM_MCP_BRIDGE_SECRET_FILE"] = "/run/secrets/bridge_secret"
             volumes[str(secret)] = {"bind": "/run/secrets/bridge_secret", "mode": "ro"}
@@ -269,9 +271,20 @@ class Running:
         code, out = self.container.exec_run(list(cmd), demux=False)
         return int(code), (out or b"").decode(errors="replace")
 
+    def api_key(self) -> str:
+        """The REST API key the bridge generated on its first start, as an operator reads it."""
+        code, out = self.exec("gym-mcp-bridge", "show-config", "--json")
+        assert code == 0, out
+        return str(json.loads(out)["api_key"])
+
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key()}"}
+
     def remove(self) -> None:
         with contextlib.suppress(Exception):
             self.container.remove(force=True, v=True)
+        with contextlib.suppress(Exception):
+            self.engine.client.volumes.get(self.state_volume).remove(force=True)
 
 
 @contextlib.contextmanager

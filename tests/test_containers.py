@@ -110,8 +110,11 @@ def test_image_rollout(engine: Engine, image: str, secret: Path) -> None:
         local = httpx.get(f"{box.base_url}/readyz", headers={"host": f"localhost:{box.port}"})
         assert local.status_code == 200
 
+        # The image alone requires the API key it generated (show-config prints it).
+        refused = httpx.post(f"{box.base_url}/seed_session", json=SEED_ROW, timeout=30)
+        assert refused.status_code == 401, refused.text
         t1 = time.monotonic()
-        seen = rollout(box.base_url)
+        seen = rollout(box.base_url, api_key=box.api_key())
         TIMINGS["rollout_s"] = time.monotonic() - t1
         assert seen == {"counter": 6, "reward_5": 0.0, "reward_6": 1.0}
         assert "Traceback" not in box.logs(), box.logs()
@@ -152,7 +155,7 @@ def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) 
         assert upstream_pid, health
         visible = pids_with_env(box.marker)  # host view of the container's processes (local engines)
 
-        seeded = httpx.post(f"{box.base_url}/seed_session", json=SEED_ROW, timeout=30)
+        seeded = httpx.post(f"{box.base_url}/seed_session", json=SEED_ROW, headers=box.auth(), timeout=30)
         assert seeded.status_code == 200, seeded.text
         meta = seeded.json()["mcp"]
         headers = {TOKEN_HEADER: meta["headers"][TOKEN_HEADER]}
@@ -420,7 +423,7 @@ def test_two_replicas_pin_sessions_by_url(engine: Engine, image: str, secret: Pa
             assert health[name]["advertise_url"] == box.base_url
             assert health[name]["bound"] == {"host": "0.0.0.0", "port": box.port}
 
-        seeded = httpx.post(f"{a.base_url}/seed_session", json=SEED_ROW, timeout=30)
+        seeded = httpx.post(f"{a.base_url}/seed_session", json=SEED_ROW, headers=a.auth(), timeout=30)
         assert seeded.status_code == 200, seeded.text
         meta = seeded.json()["mcp"]
         assert meta["url"] == f"{a.base_url}/mcp"
@@ -433,7 +436,7 @@ def test_two_replicas_pin_sessions_by_url(engine: Engine, image: str, secret: Pa
         verify = httpx.post(
             f"{b.base_url}/verify",
             json={**SEED_ROW, "expected_count": 4, "response": responses_object([], "4")},
-            headers=headers,
+            headers={**headers, **b.auth()},
             timeout=30,
         )
         assert 400 <= verify.status_code < 500, verify.text
@@ -442,7 +445,7 @@ def test_two_replicas_pin_sessions_by_url(engine: Engine, image: str, secret: Pa
         verify = httpx.post(
             f"{a.base_url}/verify",
             json={**SEED_ROW, "expected_count": 4, "response": responses_object([], "4")},
-            headers=headers,
+            headers={**headers, **a.auth()},
             timeout=30,
         )
         assert verify.status_code == 200 and verify.json()["reward"] == 1.0, verify.text

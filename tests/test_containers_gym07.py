@@ -91,7 +91,7 @@ def shipped_rollouts(box: Running) -> list[tuple[dict[str, Any], dict[str, Any]]
 
 
 def replay(
-    base_url: str, row: dict[str, Any], recorded: dict[str, Any], call: bool = True
+    base_url: str, api_key: str, row: dict[str, Any], recorded: dict[str, Any], call: bool = True
 ) -> tuple[float, Any]:
     """Seeds the row, replays the recorded function calls over MCP (none when ``call`` is False:
     the control), verifies with the recorded response; returns (reward, the last call's result)."""
@@ -101,7 +101,7 @@ def replay(
         for item in response["output"]
         if item.get("type") == "function_call" and call
     ]
-    with httpx.Client(base_url=base_url, timeout=60) as http:
+    with httpx.Client(base_url=base_url, timeout=60, headers={"authorization": f"Bearer {api_key}"}) as http:
         seeded = http.post("/seed_session", json=row)
         assert seeded.status_code == 200, seeded.text
         meta = seeded.json()["mcp"]
@@ -149,13 +149,14 @@ def test_image_on_nemo_gym_07(docker_engine: Engine, image07: str, secret: Path)
 
         t1 = time.monotonic()
         pairs = shipped_rollouts(box)
+        key = box.api_key()
         for row, recorded in pairs:
-            reward, last = replay(box.base_url, row, recorded)
+            reward, last = replay(box.base_url, key, row, recorded)
             assert last == {"count": row["expected_count"]}, (last, row)
             assert reward == recorded["reward"] == 1.0, (reward, recorded["reward"], row)
         # Control: the first row seeded, its recorded response sent, no call made: the counter
         # stays at initial_count.
-        reward, _ = replay(box.base_url, *pairs[0], call=False)
+        reward, _ = replay(box.base_url, key, *pairs[0], call=False)
         assert reward == 0.0, reward
         TIMINGS["image_gym07_rollouts_s"] = time.monotonic() - t1
         assert "Traceback" not in box.logs(), box.logs()

@@ -368,7 +368,8 @@ def test_statefulset_pod_layout_and_advertise_url() -> None:
     assert env["GYM_MCP_BRIDGE_HOST"]["value"] == "0.0.0.0"
 
     gym = _container(pod, "resources-server")
-    assert gym["command"] == ["/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
+    # The image's init stays PID 1 where the command is replaced.
+    assert gym["command"] == ["dumb-init", "--", "/opt/gym-env/bin/python", "/opt/upstream_boot.py"]
     args = gym["args"]
     assert args[args.index("--host") + 1] == "127.0.0.1", "only the sidecar reaches the resources server"
     assert args[args.index("--port") + 1] == "9000"
