@@ -203,6 +203,7 @@ class Upstream:
                 with contextlib.suppress(httpx.HTTPError):
                     probe = await self.client.get(f"{self.url}/openapi.json", timeout=1.0)
                     if probe.status_code == 200:
+                        child.relay_log()
                         log.info(
                             "upstream %s (%s, nemo-gym %s) ready on %s after %.1fs",
                             self.boot.server_name,
