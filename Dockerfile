@@ -30,7 +30,7 @@ ARG GYM_PYTHON_IMAGE=${PYTHON_BASE}
 # image's io.nemo-gym.lock label, checked against the lock when the Gym stage is built. The default
 # is the default version's lock (`make gym-lock` keeps it current); another version's build passes
 # its own: --build-arg NEMO_GYM_LOCK_SHA256=$(sha256sum scripts/gym-env/nemo-gym-0.7.0.lock.txt | cut -c1-64)
-ARG NEMO_GYM_LOCK_SHA256=a9ef3c32561fc16900e4cc943e14f15ba7a27edb4786c766efc035e0480a741d
+ARG NEMO_GYM_LOCK_SHA256=375111f1c5ef0d6d509d27cfa727a54646ed4f7bcd1cb6755511f584f2254430
 
 FROM ${PYTHON_BASE} AS uv
 # uv pinned by hash (scripts/uv-requirements.txt: a hash for every platform's wheel; `make uv-lock
@@ -68,10 +68,11 @@ ENV PATH=/opt/uv/bin:$PATH \
     UV_NO_CACHE=1
 COPY scripts/setup-gym-env.sh scripts/find-python.sh /opt/gym-setup/
 ARG NEMO_GYM_VERSION=0.4.0
-# The hashed lock of NEMO_GYM_VERSION alone (relocking another version changes no layer here); the
-# README keeps the COPY from coming up empty when there is no lock: setup-gym-env.sh then says how
-# to make one. Each pinned file is checked against the lock's hashes (--require-hashes).
-COPY scripts/gym-env/README.md scripts/gym-env/nemo-gym-${NEMO_GYM_VERSION}.lock.tx[t] /opt/gym-setup/gym-env/
+# The hashed lock of NEMO_GYM_VERSION alone, with its build backend's (relocking another version
+# changes no layer here); the README keeps the COPY from coming up empty when there is no lock:
+# setup-gym-env.sh then says how to make one. Each file is checked against the lock's hashes.
+COPY scripts/gym-env/README.md scripts/gym-env/nemo-gym-${NEMO_GYM_VERSION}.lock.tx[t] \
+     scripts/gym-env/nemo-gym-${NEMO_GYM_VERSION}.build.tx[t] /opt/gym-setup/gym-env/
 ARG NEMO_GYM_LOCK_SHA256
 # The lock must be the one NEMO_GYM_LOCK_SHA256 names: that is the image's io.nemo-gym.lock label.
 # setup-gym-env.sh states how it handles the interpreter (a 3.13 older than 3.13.14 is installed

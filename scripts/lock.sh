@@ -12,7 +12,8 @@
 #   nemo-gym 0.2-0.4: scripts/gym-env/import-slice-0.4.in, Python >= 3.12
 #   nemo-gym 0.5+:    scripts/gym-env/import-slice-0.7.in, Python >= 3.13.14 (measured on 0.7.0)
 # Its header records the input's sha256, so a lock older than its input is seen (setup-gym-env.sh
-# refuses it, tests/test_gym_lock.py fails). A lock for the Dockerfile's default NEMO_GYM_VERSION also
+# refuses it, tests/test_gym_lock.py fails), and that of nemo-gym-VERSION.build.txt, the hashed
+# build backend (setuptools, wheel) for the one sdist-only package, made beside it. A lock for the Dockerfile's default NEMO_GYM_VERSION also
 # sets the Dockerfile's NEMO_GYM_LOCK_SHA256 default (the image's io.nemo-gym.lock label).
 # Bumping: edit the input (or nothing, to take the newest releases it allows), run this, commit both.
 set -euo pipefail
@@ -27,8 +28,17 @@ lock_gym() {
     0.[0-4].*) minor=3.12 input=scripts/gym-env/import-slice-0.4.in ;;
     *) minor=3.13.14 input=scripts/gym-env/import-slice-0.7.in ;;
   esac
-  lock=scripts/gym-env/nemo-gym-$version.lock.txt
+  lock=scripts/gym-env/nemo-gym-$version.lock.txt build=scripts/gym-env/nemo-gym-$version.build.txt
   tmp=$(mktemp -d)
+  # What builds a package published as an sdist only (antlr4-python3-runtime, hydra-core's): its
+  # build backend, pinned by hash too (uv pip install --build-constraints).
+  printf 'setuptools\nwheel\n' > "$tmp/build.in"
+  {
+    echo "# The build backend for the sdists of $lock (uv pip install --build-constraints)."
+    echo "# Made with it by: make gym-lock NEMO_GYM_VERSION=$version (scripts/lock.sh), from PyPI"
+    "$uv" pip compile -q --universal --generate-hashes --no-header --no-annotate \
+      --python-version "$minor" "$tmp/build.in"
+  } > "$build"
   echo "nemo-gym==$version" > "$tmp/nemo-gym.in"
   "$uv" pip compile -q --universal --generate-hashes --no-header --no-annotate --no-deps \
     --python-version "$minor" "$tmp/nemo-gym.in" -o "$tmp/nemo-gym.txt"
@@ -39,6 +49,7 @@ lock_gym() {
     echo "# pinned, every file hashed, for every platform (a universal resolution, Python >= $minor)."
     echo "# Made by: make gym-lock NEMO_GYM_VERSION=$version (scripts/lock.sh), from PyPI"
     echo "# input: $input sha256:$(sha256sum "$input" | cut -d' ' -f1)"
+    echo "# build: $build sha256:$(sha256sum "$build" | cut -d' ' -f1)"
     echo "# Installed by scripts/setup-gym-env.sh: uv pip install --no-deps --require-hashes -r THIS"
     cat "$tmp/nemo-gym.txt" "$tmp/slice.txt"
   } > "$lock"

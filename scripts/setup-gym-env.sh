@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Gym environment a managed upstream runs in: a venv holding exactly what the hashed lock
 # scripts/gym-env/nemo-gym-VERSION.lock.txt pins (nemo-gym plus the resource-server import slice of
-# its release line), `uv pip install --no-deps --require-hashes`:
+# its release line), `uv pip install --no-deps --require-hashes`, and the one sdist-only package
+# built with the hashed backend of scripts/gym-env/nemo-gym-VERSION.build.txt:
 #   nemo-gym 0.2-0.4: Python 3.12 (lock input scripts/gym-env/import-slice-0.4.in)
 #   nemo-gym 0.5+:    Python 3.13 (lock input scripts/gym-env/import-slice-0.7.in, measured on 0.7.0)
 # Usage: setup-gym-env.sh TARGET_DIR [PYTHON] ; NEMO_GYM_VERSION (default 0.4.0) picks the release.
@@ -29,6 +30,12 @@ lock="$here/gym-env/nemo-gym-$version.lock.txt"
 if [ ! -f "$lock" ]; then
   echo "setup-gym-env: no lock for nemo-gym $version (scripts/gym-env/nemo-gym-$version.lock.txt);" \
     "make it with: make gym-lock NEMO_GYM_VERSION=$version" >&2
+  exit 1
+fi
+build="$here/gym-env/nemo-gym-$version.build.txt"
+if [ ! -f "$build" ] || ! grep -qx "# build: scripts/gym-env/nemo-gym-$version.build.txt sha256:$(sha256sum "$build" | cut -d' ' -f1)" "$lock"; then
+  echo "setup-gym-env: scripts/gym-env/nemo-gym-$version.build.txt is missing or not the one its lock" \
+    "was made with; regenerate both: make gym-lock NEMO_GYM_VERSION=$version" >&2
   exit 1
 fi
 input=$(sed -n 's/^# input: \(scripts\/gym-env\/[^ ]*\) sha256:\([0-9a-f]*\)$/\1 \2/p' "$lock")
@@ -62,7 +69,7 @@ started=$(date +%s)
 rm -rf "$target"
 "$uv" venv -q --python "$python" "$target"
 "$uv" pip install -q --python "$target/bin/python" "${resolve[@]}" --no-deps --require-hashes \
-  -r "$lock"
+  --build-constraints "$build" -r "$lock"
 cp "$lock" "$target/nemo-gym.lock.txt"
 "$target/bin/python" -c "import nemo_gym, resources_servers.example_session_state_mgmt.app" >/dev/null
 echo "$stamp" > "$target/.gym-env-stamp"

@@ -1,7 +1,7 @@
 """Same inputs, same image: the Gym environment installs from a hashed lock, uv from a hashed pin.
 
 Static (no engine, seconds): every lock in scripts/gym-env/ pins every package with its hashes and
-nemo-gym itself, was made from its input as it is now (the sha256 its header records) and satisfies
+nemo-gym itself, names the hashed build backend beside it, was made from its input as it is now (the sha256 its header records) and satisfies
 the input's specifiers; uv is pinned by hash; the Dockerfile, the Makefile and setup-gym-env.sh
 install with --require-hashes; the Dockerfile's default io.nemo-gym.lock label is the default lock's
 sha256. setup-gym-env.sh itself, run for real: a version with no lock and a lock older than its
@@ -78,6 +78,17 @@ def test_every_lock_line_is_pinned_and_hashed(lock: Path) -> None:
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=version_of)
+def test_the_sdist_build_backend_is_pinned_and_hashed_beside_the_lock(lock: Path) -> None:
+    """nemo-gym-VERSION.build.txt (uv --build-constraints): setuptools and wheel, hashed, the file
+    the lock's header names by its sha256."""
+    build = lock.with_name(f"nemo-gym-{version_of(lock)}.build.txt")
+    pinned = dict(entries(build.read_text()))
+    assert {Requirement(r).name for r in pinned} >= {"setuptools", "wheel"}, pinned
+    assert all(hashes and "==" in r for r, hashes in pinned.items()), pinned
+    assert f"# build: scripts/gym-env/{build.name} sha256:{sha256(build)}" in lock.read_text().splitlines()
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=version_of)
 def test_the_lock_was_made_from_its_input_as_it_is(lock: Path) -> None:
     header = re.search(r"^# input: (\S+) sha256:([0-9a-f]{64})$", lock.read_text(), re.M)
     assert header, f"{lock.name} does not name its input"
@@ -117,9 +128,15 @@ def test_the_gym_env_installs_the_lock_with_require_hashes() -> None:
     setup = (SCRIPTS / "setup-gym-env.sh").read_text().replace("\\\n", " ")
     installs = [line for line in setup.splitlines() if re.search(r'"\$uv" pip install', line)]
     assert len(installs) == 1, installs
-    assert re.search(r'--no-deps --require-hashes\s+-r "\$lock"', installs[0]), installs
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "scripts/gym-env/nemo-gym-${NEMO_GYM_VERSION}.lock.tx[t] /opt/gym-setup/gym-env/" in dockerfile
+    assert re.search(
+        r'--no-deps --require-hashes\s+--build-constraints "\$build" -r "\$lock"', installs[0]
+    ), installs
+    dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    assert re.search(
+        r"COPY [^\n]*scripts/gym-env/nemo-gym-\$\{NEMO_GYM_VERSION\}\.lock\.tx\[t\]\s+"
+        r"scripts/gym-env/nemo-gym-\$\{NEMO_GYM_VERSION\}\.build\.tx\[t\] /opt/gym-setup/gym-env/",
+        dockerfile,
+    )
     assert "setup-gym-env.sh /opt/gym-env" in dockerfile
 
 
