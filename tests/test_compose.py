@@ -127,6 +127,72 @@ def one_line(text: str) -> str:
     return text.strip()
 
 
+# Run in the quickstart container: every readable file holding the signing key (argv[1]).
+FIND_KEY = r"""
+import json, os, sys
+found = []
+for top in ("/var/lib", "/run", "/opt/quickstart.py", "/tmp", "/home"):
+    for root, dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path, "rb") as f:
+                    if sys.argv[1].encode() in f.read(1 << 20):
+                        found.append(path)
+            except OSError:
+                pass
+print(json.dumps(found))
+"""
+
+
+class StrangerBridge:
+    """A loopback HTTP server that answers /readyz and /healthz like a bridge requiring a key and
+    records the headers of every other request: where a leaked key would arrive."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen: list[dict[str, str]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # http.server calls the handler by this name
+                if self.path == "/readyz":
+                    self._answer(200, {"ready": True})
+                elif self.path == "/healthz":
+                    self._answer(200, {"status": "ok", "rest_auth": "api_key"})
+                else:
+                    self._answer(404, {"detail": "not found"})
+
+            def do_POST(self) -> None:
+                seen.append({k.lower(): v for k, v in self.headers.items()})
+                self._answer(401, {"detail": "missing or wrong API key"})
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.seen = seen
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> StrangerBridge:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) -> None:
     t0 = time.monotonic()
     clone.compose("up", "-d", "--wait")  # the README's command
@@ -153,7 +219,7 @@ def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) 
         "stat",
         "-c",
         "%a %u %n",
-        "/var/lib/gym-mcp-bridge/api_key",
+        "/var/lib/gym-mcp-bridge-api/api_key",
         "/var/lib/gym-mcp-bridge/signing_key",
     ).stdout.split("\n")
     assert [m.split()[:2] for m in modes if m] == [["600", "10001"], ["600", "10001"]], modes
@@ -174,6 +240,23 @@ def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) 
     assert quick.returncode == 0 and quick.stdout.splitlines()[-1] == "reward: 1.0", (
         quick.stdout + quick.stderr
     )
+    assert f"using the API key of compose project {clone.project}" in quick.stdout, quick.stdout
+    # ... and never sends that key anywhere else: a loopback server that answers like a bridge.
+    with StrangerBridge() as stranger:
+        sent = subprocess.run(
+            [sys.executable, "examples/quickstart.py", "--url", stranger.url],
+            cwd=clone.path,
+            env=clone.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert sent.returncode == 1, sent.stdout + sent.stderr
+    line = one_line(sent.stderr)
+    assert f"project {clone.project}" in line and "its key is not sent there" in line, line
+    assert stranger.seen and all(
+        "authorization" not in headers and key not in json.dumps(headers) for headers in stranger.seen
+    ), stranger.seen
     for args, env, expected in (
         (["--api-key", "0" * 64], {}, "refused the API key from --api-key"),
         ([], {"PATH": "/nonexistent"}, "requires an API key"),  # no docker to ask: told what to pass
@@ -189,9 +272,17 @@ def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) 
         )
         assert failed.returncode == 1 and expected in one_line(failed.stderr), failed.stderr
 
-    # ... and from the image, on the compose network.
+    # ... and from the image, on the compose network, with the API key and nothing else.
     ran = clone.compose("run", "--rm", "quickstart")
     assert ran.stdout.splitlines()[-1] == "reward: 1.0", ran.stdout + ran.stderr
+    signing_key = clone.compose("exec", "-T", "bridge", "cat", "/var/lib/gym-mcp-bridge/signing_key").stdout
+    assert len(signing_key.strip()) == 64
+    looked = clone.compose(
+        "run", "--rm", "--entrypoint", "python", "quickstart", "-c", FIND_KEY, signing_key.strip()
+    ).stdout
+    assert json.loads(looked.strip().splitlines()[-1]) == [], (
+        "the quickstart container can read the signing key"
+    )
 
     # A session seeded before `down`/`up`: the key is kept, the token is refused as lost.
     seeded = httpx.post(
@@ -235,5 +326,5 @@ def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) 
     logs = clone.compose("logs", "--no-color").stdout
     assert "Traceback" not in logs, logs[-6000:]
     assert key not in logs, "the API key was written to the logs"
-    assert "show-config" in logs and "/var/lib/gym-mcp-bridge/api_key" in logs, logs[-3000:]
+    assert "show-config" in logs and "/var/lib/gym-mcp-bridge-api/api_key" in logs, logs[-3000:]
     clone.compose("down", "--timeout", "30")

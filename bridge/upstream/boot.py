@@ -25,6 +25,7 @@ runs this under the server's own environment when its ``requirements.txt`` asks 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -362,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(
         uvicorn.Config(app, log_level=args.log_level, timeout_keep_alive=75, timeout_graceful_shutdown=2)
     )
-    server.run(sockets=[sock])
+    # The bridge stops its upstream with SIGINT: a normal stop, not an error to print.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
     return 0
 
 
