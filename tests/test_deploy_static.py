@@ -472,3 +472,21 @@ def test_examples_ship_an_api_key_and_a_network_policy() -> None:
     assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gym-mcp-bridge"}
     sources = policy["ingress"][0]["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "trainer"}}} in sources
+
+
+def test_a_crlf_checkout_keeps_scripts_lf(tmp_path: Path) -> None:
+    """A Windows checkout (core.autocrlf=true) must not turn what runs inside the Linux image into
+    CRLF: `#!/usr/bin/env bash\\r` does not run, and the Dockerfile's RUN lines would break."""
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "-c", "core.autocrlf=true", "-c", "core.eol=crlf", "clone", "-q", str(ROOT), str(clone)],
+        check=True,
+        timeout=120,
+    )
+    subprocess.run(["git", "-C", str(clone), "config", "core.autocrlf", "true"], check=True)
+    kept = [clone / "Dockerfile", clone / ".ci" / "run", *sorted((clone / "scripts").rglob("*.*"))]
+    assert any(p.suffix == ".sh" for p in kept)
+    crlf = [str(p.relative_to(clone)) for p in kept if p.is_file() and b"\r\n" in p.read_bytes()]
+    assert crlf == [], crlf
+    # The control: a file with no rule of its own does get CRLF in such a checkout.
+    assert b"\r\n" in (clone / "README.md").read_bytes()
