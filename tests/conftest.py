@@ -293,3 +293,24 @@ def docker_image(docker_engine: Any) -> Iterator[str]:
     from container_helpers import image_session
 
     yield from image_session(docker_engine)
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    """The Kubernetes example as `kubectl kustomize examples/kubernetes` builds it (tests/kube_helpers.py)."""
+    from kube_helpers import built
+
+    return built()
+
+
+@pytest.fixture
+def apiserver(tmp_path: Path, docs: list[dict[str, Any]]) -> Iterator[Any]:
+    """The Kubernetes API server test double, authorizing with the shipped Role and RoleBinding."""
+    from kube_helpers import FakeApiServer
+
+    rbac = [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    server = FakeApiServer(tmp_path, rbac)
+    try:
+        yield server
+    finally:
+        server.close()
