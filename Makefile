@@ -49,7 +49,9 @@ fmt: setup
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
 
+# ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx)
 bench: setup
+	case "$(ARGS)" in capacity*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)
 
 # Every bundled Gym environment behind the bridge, replayed natively and bridged: docs/compatibility.md

@@ -19,6 +19,8 @@ across paths (so machine noise hits every path alike) and medians taken:
   own the sessions; every call goes to it and is relayed to the owner, the bridge of the ``bridge``
   path. Compared with ``bridge`` (the same calls straight to the owner) it is the cost of reaching
   a session through any replica; its bridge CPU is both replicas' together;
+* ``capacity`` as the first argument runs ``benchmarks/capacity.py`` instead (the bridge's own
+  capacity in front of a bare upstream, against nginx; ``make bench ARGS="capacity --rounds 15"``);
 * the hops (``benchmarks/hops.py``, ``--hops``): a synchronous keep-alive client (``http.client``)
   straight to the upstream, to the owner replica, through a non-owner, and spread over 2 and 3
   replicas, at 1 and 16 sessions, each as a ratio to direct HTTP in the same round, with CPU per
@@ -334,6 +336,13 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(argv if argv is not None else sys.argv[1:])
+    if given[:1] == [
+        "capacity"
+    ]:  # make bench ARGS="capacity ...": the bridge's own capacity (benchmarks/capacity.py)
+        from benchmarks import capacity
+
+        return capacity.main(given[1:])
     args = parse_args(argv)
     try:
         import uvloop

@@ -1,0 +1,485 @@
+"""The bridge's own capacity: calls/s per bridge core and bridge CPU per call, in front of an upstream
+that costs next to nothing (``benchmarks/bare_upstream.py``), against nginx on the same upstream.
+
+    python -m benchmarks.capacity [--rounds 15] [--levels 1,16,64,256] [--quick] [--json FILE]
+    make bench ARGS="capacity --rounds 15"
+
+Processes and cores (``taskset``): the bridge replicas and nginx on core 1 (the core under test), the
+bare upstream and this client on core 0. Paths (``PATHS``), each one keep-alive connection per session,
+one call at a time per session, every session at once:
+
+* ``direct``: ``POST /<tool>`` to the bare upstream with the session cookie (what core 0 can drive);
+* ``nginx``: the same through nginx (Debian's, ``scripts/setup-nginx.sh``), a plain keep-alive
+  reverse proxy, one process (the floor a proxy in Python is compared with);
+* ``rest``: ``POST /<tool>`` to the bridge with the session token (Gym's REST surface);
+* ``mcp``: a stateless ``tools/call`` on ``/mcp`` to the bridge that owns the session;
+* ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1).
+
+Workloads: ``16B`` (``increment_counter {"count": 1}``, answer ``{"success":true}``) and ``64KB``
+(``echo`` with a 64 KiB string: the argument and the answer are 64 KiB each). Rounds interleave every
+path (the order rotates each round), so load from other jobs hits every path alike. CPU comes from
+``/proc/<pid>/task/*/schedstat`` over the timed window only; a run where the client or the upstream
+(together on core 0) used >= 90 % of a core is flagged: it measured core 0, not the path. Correctness:
+every answer is checked, and after every run each session's counter is read back through its path
+and must equal its seed plus its increments, else the benchmark stops with exit 1. Nothing here
+asserts a time. The table and intervals: ``benchmarks/capacity_report.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httptools
+import orjson
+
+from benchmarks import capacity_report, procs
+from benchmarks.clients import TOKEN_HEADER
+from benchmarks.procs import BenchError, Proc
+
+PATHS = ["direct", "nginx", "rest", "mcp", "fwd"]
+NGINX = Path("/usr/sbin/nginx")
+CLIENT_CORE, SERVER_CORE = 0, 1
+SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
+NGINX_CONF = """daemon off;
+master_process off;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
+    keepalive_requests 1000000;
+    client_body_buffer_size 128k;
+    proxy_buffer_size 16k;
+    proxy_buffers 8 16k;
+    upstream bare {{ server {upstream}; keepalive 512; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://bare;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"""
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 client connection; one exchange at a time (httptools parses)."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: Any = None
+        self.waiter: asyncio.Future[tuple[int, bytes, list[bytes]]] | None = None
+        self.body: list[bytes] = []
+        self.cookies: list[bytes] = []
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(BenchError(f"connection closed mid-call: {exc}"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"set-cookie":
+            self.cookies.append(value)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body, cookies, self.body, self.cookies = b"".join(self.body), self.cookies, [], []
+        if self.waiter is not None:
+            self.waiter.set_result((self.parser.get_status_code(), body, cookies))
+
+    async def call(self, request: bytes) -> tuple[int, bytes, list[bytes]]:
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return await self.waiter
+
+
+def _request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (
+        f"POST {path} HTTP/1.1\r\ncontent-type: application/json\r\n{head}content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@dataclass
+class _Session:
+    conn: _Conn
+    seed: int
+    headers: dict[str, str]
+    count: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    workload: str
+    path: str
+    sessions: int
+    round: int
+    calls: int
+    calls_per_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_ms_per_call: dict[str, float]  # process -> CPU ms per call in the timed window ("client" too)
+    busy: dict[str, float]  # process -> CPU seconds / wall seconds (1.0 = one core)
+    saturated: list[str]  # "client", "upstream", "core 0" when at or past 90 % of a core
+    loadavg: float
+    counters_exact: int  # sessions whose counter read back exact after the run (all of them, or it failed)
+
+
+class Capacity:
+    def __init__(self, workdir: Path, log: Any) -> None:
+        self.workdir, self.log = workdir, log
+        self.procs: dict[str, Proc] = {}
+        self.seeds = itertools.count(1000, 7)
+        self.crews: dict[tuple[str, int], list[_Session]] = {}
+        self.expected: dict[tuple[str, str], bytes] = {}  # (workload, path) -> the first valid answer
+
+    # -- processes --------------------------------------------------------------------------------
+
+    def start(self, paths: list[str]) -> None:
+        pin = ["taskset", "-c"]
+        up = procs._spawn(
+            "upstream",
+            [*pin, str(CLIENT_CORE), sys.executable, "-m", "benchmarks.bare_upstream"],
+            self.workdir,
+        )
+        self.procs["upstream"] = up
+        up.url = f"http://127.0.0.1:{_port_line(up)}"
+        if "nginx" in paths:
+            self.procs["nginx"] = self._nginx(up.url)
+        saved = procs.BRIDGE
+        procs.BRIDGE = [*pin, str(SERVER_CORE), *procs.BRIDGE]
+        try:
+            if {"rest", "mcp", "fwd"} & set(paths):
+                self.procs["owner"] = procs.start_bridge(self.workdir, up.url, name="owner")
+            if "fwd" in paths:
+                self.procs["peer"] = procs.start_bridge(self.workdir, up.url, name="peer")
+        finally:
+            procs.BRIDGE = saved
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        self.log("capacity: " + ", ".join(f"{n} {p.url} (pid {p.pid})" for n, p in self.procs.items()))
+
+    def _nginx(self, upstream_url: str) -> Proc:
+        if not NGINX.exists():
+            raise BenchError(f"{NGINX} is missing: run scripts/setup-nginx.sh (Debian's nginx-light)")
+        home = self.workdir / "nginx"
+        home.mkdir()
+        port = procs.free_port()
+        conf = home / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(dir=home, upstream=upstream_url.removeprefix("http://"), port=port))
+        argv = [
+            "taskset",
+            "-c",
+            str(SERVER_CORE),
+            str(NGINX),
+            "-p",
+            str(home),
+            "-c",
+            str(conf),
+            "-e",
+            str(home / "error.log"),
+        ]
+        proc = procs._spawn("nginx", argv, self.workdir)
+        proc.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while procs.http_status(f"{proc.url}/openapi.json") != 200:
+            if not proc.alive() or time.monotonic() > deadline:
+                proc.stop()
+                raise BenchError(
+                    f"nginx did not serve:\n{proc.log_tail()}\n{(home / 'error.log').read_text()}"
+                )
+            time.sleep(0.05)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def _target(self, path: str) -> Proc:
+        return self.procs[
+            {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
+        ]
+
+    async def _connect(self, proc: Proc) -> _Conn:
+        host, port = proc.url.removeprefix("http://").rsplit(":", 1)
+        _, conn = await asyncio.get_running_loop().create_connection(_Conn, host, int(port))
+        return conn
+
+    async def crew(self, path: str, sessions: int) -> list[_Session]:
+        """``sessions`` seeded sessions on ``path``, each with its own connection; kept across rounds."""
+        if (path, sessions) in self.crews:
+            return self.crews[(path, sessions)]
+        out = []
+        for _ in range(sessions):
+            seed = next(self.seeds)
+            body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
+            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self._target(path)
+            seed_conn = await self._connect(seeder)
+            host = {"host": seeder.url.removeprefix("http://")}
+            status, raw, cookies = await seed_conn.call(_request("/seed_session", body, host))
+            if status != 200:
+                raise BenchError(f"{path}: seed answered {status}: {raw[:200]!r}")
+            if path in ("direct", "nginx"):
+                headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
+                conn = seed_conn
+            else:
+                target = self._target(path).url.removeprefix("http://")
+                headers = {"host": target, TOKEN_HEADER: orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]}
+                if path != "rest":
+                    headers["accept"] = "application/json, text/event-stream"
+                conn = seed_conn if path != "fwd" else await self._connect(self._target(path))
+                if conn is not seed_conn:
+                    seed_conn.transport.close()
+            out.append(_Session(conn, seed, headers))
+        self.crews[(path, sessions)] = out
+        return out
+
+    def _call_bytes(self, path: str, session: _Session, tool: str, arguments: dict[str, Any]) -> bytes:
+        if path in ("mcp", "fwd"):
+            body = orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": arguments},
+                }
+            )
+            return _request("/mcp", body, session.headers)
+        return _request(f"/{tool}", orjson.dumps(arguments), session.headers)
+
+    @staticmethod
+    def _value(path: str, status: int, raw: bytes) -> Any:
+        """The tool's JSON answer; BenchError on any error."""
+        if status != 200:
+            raise BenchError(f"{path}: HTTP {status}: {raw[:300]!r}")
+        message = orjson.loads(raw)
+        if path not in ("mcp", "fwd"):
+            return message
+        result = message.get("result") or {}
+        if "error" in message or result.get("isError"):
+            raise BenchError(f"{path}: {message.get('error') or result.get('content')}")
+        return result.get("structuredContent")
+
+    # -- one run ----------------------------------------------------------------------------------
+
+    async def run(self, workload: str, path: str, sessions: int, calls: int, round_: int) -> Run:
+        crew = await self.crew(path, sessions)
+        tool, size = SIZES[workload]
+        arguments: dict[str, Any] = {"count": 1} if tool == "increment_counter" else {"data": "x" * size}
+        want = {"success": True} if tool == "increment_counter" else arguments
+        requests = [self._call_bytes(path, s, tool, arguments) for s in crew]
+        key = (workload, path)
+        go = asyncio.Event()
+        clock = time.perf_counter
+
+        async def one(session: _Session, request: bytes) -> None:
+            await go.wait()
+            call, append, expected = session.conn.call, session.latencies.append, self.expected.get(key)
+            for _ in range(calls):
+                t0 = clock()
+                status, raw, _ = await call(request)
+                append(clock() - t0)
+                if raw != expected:  # the first answer, or an answer unlike it: parse and check it
+                    if self._value(path, status, raw) != want:
+                        raise BenchError(f"{path} {tool}: answered {raw[:200]!r}")
+                    expected = self.expected.setdefault(key, raw)
+            if tool == "increment_counter":
+                session.count += calls
+
+        for session in crew:  # a server may close a connection idle between rounds (keep-alive timeout)
+            session.latencies = []
+            if session.conn.closed:
+                session.conn = await self._connect(self._target(path))
+        tasks = [asyncio.create_task(one(s, r)) for s, r in zip(crew, requests, strict=True)]
+        await asyncio.sleep(0)
+        watched = {name: p for name, p in self.procs.items()}
+        cpu0 = {name: p.cpu() for name, p in watched.items()}
+        client0, started = time.process_time(), clock()
+        go.set()
+        await asyncio.gather(*tasks)
+        wall = clock() - started
+        client1 = time.process_time()
+        cpu1 = {name: p.cpu() for name, p in watched.items()}
+        exact = 0
+        for session in crew:  # read back through the same path: the counter must be exact
+            status, raw, _ = await session.conn.call(self._call_bytes(path, session, "get_counter_value", {}))
+            value = self._value(path, status, raw)
+            if value != {"count": session.seed + session.count}:
+                raise BenchError(
+                    f"{path}: session seeded {session.seed} read back {value!r} after {session.count} increments"
+                )
+            exact += 1
+        total = sessions * calls
+        used = {name: cpu1[name] - cpu0[name] for name in watched}
+        used["client"] = client1 - client0
+        busy = {name: seconds / wall for name, seconds in used.items()}
+        saturated = [n for n in ("client", "upstream") if busy[n] >= 0.9]
+        if busy["client"] + busy["upstream"] >= 0.9:
+            saturated.append("core 0")
+        latencies = sorted(x for s in crew for x in s.latencies)
+        return Run(
+            workload=workload, path=path, sessions=sessions, round=round_, calls=total,
+            calls_per_s=total / wall,
+            p50_ms=latencies[len(latencies) // 2] * 1e3,
+            p99_ms=latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))] * 1e3,
+            cpu_ms_per_call={n: s / total * 1e3 for n, s in used.items() if s > 0 or n in ("client", "upstream")},
+            busy=busy, saturated=saturated, loadavg=os.getloadavg()[0], counters_exact=exact,
+        )  # fmt: skip
+
+
+def _port_line(proc: Proc, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        first = (
+            proc.log.read_text(errors="replace").split("\n", 1)[0] if proc.log and proc.log.exists() else ""
+        )
+        if first.startswith("port ") and first[5:].isdigit():
+            return int(first[5:])
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"{proc.name} did not start:\n{proc.log_tail()}")
+        time.sleep(0.02)
+
+
+def calls_for(total: int, sessions: int) -> int:
+    return max(20, total // sessions)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    size_levels = [int(x) for x in args.size_levels.split(",") if x.strip()]
+    when, load0 = dt.datetime.now(dt.UTC), os.getloadavg()
+    log = (lambda text: print(text, file=sys.stderr, flush=True)) if not args.silent else (lambda text: None)
+    runs: list[Run] = []
+    error = ""
+    with tempfile.TemporaryDirectory(prefix="gym-mcp-capacity-") as tmp:
+        bench = Capacity(Path(tmp), log)
+        try:
+            bench.start(paths)
+            plan = [("16B", n, args.calls) for n in levels] + [
+                ("64KB", n, args.size_calls) for n in size_levels
+            ]
+            for workload, sessions, total in plan:
+                for path in paths:  # warm-up, discarded
+                    await bench.run(workload, path, sessions, calls_for(total, sessions) // 4 + 1, -1)
+                for r in range(args.rounds):
+                    for path in paths[r % len(paths) :] + paths[: r % len(paths)]:
+                        run = await bench.run(workload, path, sessions, calls_for(total, sessions), r)
+                        runs.append(run)
+                        log(
+                            f"capacity: {workload:>4} {sessions:>3} sessions r{r + 1:<2} {path:<6} {run.calls_per_s:7.0f} calls/s "
+                            f"p99 {run.p99_ms:7.2f} ms load {run.loadavg:.1f}"
+                            + (f" SATURATED {run.saturated}" if run.saturated else "")
+                        )
+        except BenchError as exc:
+            error = str(exc)
+        finally:
+            bench.stop()
+    rows = capacity_report.summarize([asdict(r) for r in runs], args.seed)
+    report = {
+        "when_utc": when.isoformat(),
+        "command": "python -m benchmarks.capacity " + " ".join(sys.argv[1:]),
+        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "nginx": _nginx_version()},
+        "loadavg_at_start": load0,
+        "loadavg_at_end": os.getloadavg(),
+        "cores": {"bridge, nginx": SERVER_CORE, "client, upstream": CLIENT_CORE},
+        "args": vars(args) | {"json": str(args.json)},
+        "correct": not error,
+        "error": error,
+        "summary": rows,
+        "runs": [asdict(r) for r in runs],
+    }
+    print(capacity_report.render(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        print(f"json: {args.json}")
+    if error:
+        print(f"benchmarks.capacity: FAILED: {error}", file=sys.stderr)
+    return 0 if not error else 1
+
+
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def _nginx_version() -> str | None:
+    if not NGINX.exists():
+        return None
+    out = subprocess.run([str(NGINX), "-v"], capture_output=True, text=True, check=False)
+    return (out.stderr or out.stdout).strip()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__.split("\n\n")[0])
+    p.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {', '.join(PATHS)}")
+    p.add_argument("--levels", default="1,16,64,256", help="concurrent sessions, 16-byte workload")
+    p.add_argument("--size-levels", default="1,16", help="concurrent sessions, 64 KiB workload; '' to skip")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument(
+        "--calls",
+        type=int,
+        default=2000,
+        help="calls per run, 16-byte workload (split over sessions, at least 20 each)",
+    )
+    p.add_argument("--size-calls", type=int, default=400, help="calls per run, 64 KiB workload")
+    p.add_argument("--seed", type=int, default=1, help="bootstrap random seed")
+    p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "capacity.json")
+    p.add_argument("--silent", action="store_true", help="no per-run progress lines on stderr")
+    p.add_argument("--quick", action="store_true", help="2 rounds, 1 and 16 sessions, 64 KiB at 1, few calls")
+    args = p.parse_args(argv)
+    if args.quick:
+        for key, value in {
+            "rounds": 2,
+            "levels": "1,16",
+            "size_levels": "1",
+            "calls": 200,
+            "size_calls": 40,
+        }.items():
+            if getattr(args, key) == p.get_default(key):
+                setattr(args, key, value)
+    if shutil.which("taskset") is None:
+        p.error("taskset (util-linux) is required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvloop
+
+    return uvloop.run(amain(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

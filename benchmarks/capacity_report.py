@@ -1,0 +1,220 @@
+"""The capacity benchmark's results: per-path medians over rounds, paired ratios within a round with a
+bootstrap 95 % interval (``summarize``), CPU per KB, the targets, and the table (``render``).
+
+``benchmarks/capacity.py`` runs the paths and writes one run dict per (workload, sessions, path,
+round); this module only reads them.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+# Which processes do a path's work (the first is "the process under test" of the path).
+PATH_PROCS = {"direct": [], "nginx": ["nginx"], "rest": ["owner"], "mcp": ["owner"], "fwd": ["peer", "owner"]}
+LABELS = {
+    "direct": "direct to the bare upstream",
+    "nginx": "nginx keep-alive proxy (floor)",
+    "rest": "bridge REST POST /<tool>",
+    "mcp": "bridge MCP tools/call (owner)",
+    "fwd": "bridge MCP via non-owner (fwd)",
+}
+RESAMPLES = 2000
+
+
+def bootstrap(values: list[float], rng: random.Random) -> tuple[float, float, float] | None:
+    """(median, low, high): the median and a percentile-bootstrap 95 % interval of the median."""
+    if not values:
+        return None
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(RESAMPLES))
+    return statistics.median(values), medians[int(0.025 * RESAMPLES)], medians[int(0.975 * RESAMPLES) - 1]
+
+
+def _paired(
+    mine: list[dict[str, Any]],
+    other: dict[int, dict[str, Any]],
+    f: Callable[[Any, Any], float],
+    rng: random.Random,
+) -> tuple[float, float, float] | None:
+    return bootstrap([f(r, other[r["round"]]) for r in mine if r["round"] in other], rng)
+
+
+def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    keys = sorted({(r["workload"], r["sessions"]) for r in runs}, key=lambda k: (k[0] != "16B", k[1]))
+    for workload, sessions in keys:
+        level = [r for r in runs if r["workload"] == workload and r["sessions"] == sessions]
+        by_path = {p: {r["round"]: r for r in level if r["path"] == p} for p in PATH_PROCS}
+        for path, procs in PATH_PROCS.items():
+            mine = list(by_path[path].values())
+            if not mine:
+                continue
+
+            def cpu(name: str, runs_: list[dict[str, Any]] = mine) -> float:
+                return statistics.median(r["cpu_ms_per_call"].get(name, 0.0) for r in runs_)
+
+            server = cpu(procs[0]) if procs else None
+            total = sum(cpu(p) for p in procs) if procs else None
+            row: dict[str, Any] = {
+                "workload": workload,
+                "sessions": sessions,
+                "path": path,
+                "label": LABELS[path],
+                "rounds": len(mine),
+                "calls_per_s": statistics.median(r["calls_per_s"] for r in mine),
+                "p50_ms": statistics.median(r["p50_ms"] for r in mine),
+                "p99_ms": statistics.median(r["p99_ms"] for r in mine),
+                "server_cpu_ms_per_call": server,
+                "all_bridge_cpu_ms_per_call": total if path == "fwd" else None,
+                "calls_per_s_per_server_core": 1e3 / server if server else None,
+                "cpu_ms_per_call": {p: cpu(p) for p in [*procs, "upstream", "client"]},
+                "server_busy": statistics.median(r["busy"].get(procs[0], 0.0) for r in mine)
+                if procs
+                else None,
+                "client_busy": statistics.median(r["busy"]["client"] for r in mine),
+                "upstream_busy": statistics.median(r["busy"]["upstream"] for r in mine),
+                "saturated_rounds": sum(1 for r in mine if r["saturated"]),
+                "saturated": sorted({s for r in mine for s in r["saturated"]}),
+                "ratio_nginx": None,
+                "ratio_owner": None,
+                "added_p99_ms_over_nginx": None,
+                "added_p99_ms_over_direct": _paired(
+                    mine, by_path["direct"], lambda a, b: a["p99_ms"] - b["p99_ms"], rng
+                )
+                if path != "direct"
+                else None,
+                "loadavg": [min(r["loadavg"] for r in mine), max(r["loadavg"] for r in mine)],
+            }
+            if path in ("rest", "mcp", "fwd"):
+                row["ratio_nginx"] = _paired(
+                    mine, by_path["nginx"], lambda a, b: a["calls_per_s"] / b["calls_per_s"], rng
+                )
+                row["added_p99_ms_over_nginx"] = _paired(
+                    mine, by_path["nginx"], lambda a, b: a["p99_ms"] - b["p99_ms"], rng
+                )
+            if path == "fwd":
+                row["ratio_owner"] = _paired(
+                    mine, by_path["mcp"], lambda a, b: a["calls_per_s"] / b["calls_per_s"], rng
+                )
+            out.append(row)
+    small = {(r["sessions"], r["path"]): r for r in out if r["workload"] == "16B"}
+    for row in out:  # CPU per KB: the 64 KiB workload's extra CPU over the 16-byte one, same sessions
+        base = small.get((row["sessions"], row["path"]))
+        row["us_per_kb"] = None
+        if row["workload"] == "64KB" and base is not None:
+            row["us_per_kb"] = {
+                p: (row["cpu_ms_per_call"][p] - base["cpu_ms_per_call"][p]) / 64 * 1e3
+                for p in row["cpu_ms_per_call"]
+            }
+    return out
+
+
+def _ci(value: tuple[float, float, float] | None, spec: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    return f"{value[0]:{spec}} [{value[1]:{spec}},{value[2]:{spec}}]"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, met) for the targets the figures are reported against (none is asserted)."""
+    get = {(r["workload"], r["sessions"], r["path"]): r for r in rows}
+    out: list[tuple[str, str, bool | None]] = []
+    for sessions in sorted({r["sessions"] for r in rows if r["workload"] == "16B"}):
+        mcp, fwd = get.get(("16B", sessions, "mcp")), get.get(("16B", sessions, "fwd"))
+        if mcp:
+            cpu = mcp["server_cpu_ms_per_call"]
+            out.append(
+                (
+                    f"bridge CPU <= 0.25 ms per MCP tools/call, {sessions} sessions",
+                    f"{cpu:.3f} ms",
+                    cpu <= 0.25,
+                )
+            )
+        if fwd:
+            cpu = fwd["server_cpu_ms_per_call"]
+            out.append(
+                (
+                    f"non-owner CPU <= 0.15 ms per forwarded call, {sessions} sessions",
+                    f"{cpu:.3f} ms",
+                    cpu <= 0.15,
+                )
+            )
+            if fwd["ratio_owner"]:
+                ratio = fwd["ratio_owner"]
+                out.append((f"forwarded >= 0.9 of owner, {sessions} sessions", _ci(ratio), ratio[0] >= 0.9))
+    mcp1 = get.get(("16B", 1, "mcp"))
+    if mcp1 and mcp1["ratio_nginx"]:
+        out.append(
+            (
+                "owner >= 0.9 of nginx sequentially (1 session)",
+                _ci(mcp1["ratio_nginx"]),
+                mcp1["ratio_nginx"][0] >= 0.9,
+            )
+        )
+    mcp256 = get.get(("16B", 256, "mcp"))
+    if mcp256 and mcp256["added_p99_ms_over_nginx"]:
+        added = mcp256["added_p99_ms_over_nginx"]
+        out.append(
+            ("p99 added <= 1 ms at 256 sessions (MCP owner over nginx)", _ci(added) + " ms", added[0] <= 1.0)
+        )
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    rows = report["summary"]
+    load0, load1 = report["loadavg_at_start"], report["loadavg_at_end"]
+    lines = [
+        f"gym-mcp-bridge capacity, {report['when_utc'][:16]} UTC, {report['machine']['cpu']} x{report['machine']['cores']}, "
+        f"{report['machine']['nginx']}; load avg at start {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
+        f"at end {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}",
+        "bridge replicas and nginx on core 1; bare upstream and client on core 0. Medians over interleaved rounds;",
+        "[a,b] = bootstrap 95 % interval of the median of per-round ratios; CPU in ms per call of the process under",
+        "test (fwd: the non-owner; +owner beside it); /core = 1000 / that CPU; srv, cli, ups = share of a core used by",
+        "the process under test, the client, the upstream (srv < 1 at many sessions: other jobs took core 1); ! = rounds",
+        "where client or upstream (core 0) was saturated (>= 90 % of a core): those rounds measured core 0.",
+    ]
+    head = (
+        f"{'load':<4} {'sess':>4} {'path':<31} {'calls/s':>7} {'/core':>6} {'CPU ms':>6} {'+owner':>6} {'p50':>6} {'p99':>7} "
+        f"{'÷ nginx [95%]':>18} {'fwd÷owner [95%]':>18} {'p99+ vs nginx':>20} {'srv':>4} {'cli':>4} {'ups':>4} {'!':>2}"
+    )
+    lines += [head, "-" * len(head)]
+    for row in rows:
+        fwd = row["path"] == "fwd"
+        lines.append(
+            f"{row['workload']:<4} {row['sessions']:>4} {row['label']:<31} {row['calls_per_s']:7.0f} "
+            f"{_num(row['calls_per_s_per_server_core'], '6.0f'):>6} {_num(row['server_cpu_ms_per_call'], '6.3f'):>6} "
+            f"{_num(row['cpu_ms_per_call']['owner'] if fwd else None, '6.3f'):>6} {row['p50_ms']:6.2f} {row['p99_ms']:7.2f} "
+            f"{_ci(row['ratio_nginx']):>18} {_ci(row['ratio_owner']):>18} {_ci(row['added_p99_ms_over_nginx']):>20} "
+            f"{_num(row['server_busy'], '4.2f'):>4} {row['client_busy']:4.2f} {row['upstream_busy']:4.2f} {row['saturated_rounds'] or '':>2}"
+        )
+    per_kb = [r for r in rows if r["us_per_kb"]]
+    if per_kb:
+        lines += [
+            "",
+            "CPU per KB (64 KiB argument + 64 KiB answer over the 16-byte call, same sessions), µs per KB:",
+        ]
+        for row in per_kb:
+            procs = PATH_PROCS[row["path"]] or ["upstream"]
+            lines.append(
+                f"  {row['sessions']:>3} sessions {row['label']:<31} "
+                + ", ".join(f"{p} {row['us_per_kb'][p]:.2f}" for p in [*procs, "client"])
+            )
+    checks = targets(rows)
+    if checks:
+        lines += ["", "targets (reported, not asserted):"]
+        for name, measured, met in checks:
+            lines.append(f"  {name:<66} {measured:<24} {'met' if met else 'NOT met'}")
+    lines.append("")
+    lines.append(
+        "correctness: every answer checked, every counter read back exact after each run"
+        if report["correct"]
+        else f"correctness: FAILED: {report['error']}"
+    )
+    return "\n".join(lines)

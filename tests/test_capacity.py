@@ -1,0 +1,163 @@
+"""The capacity benchmark (``benchmarks/capacity.py``): its bare upstream answers as Gym's counter
+server does, and the benchmark runs end to end with tiny counts, every path producing a figure and
+every counter read back exact. Nothing timed is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks import procs
+from benchmarks.capacity import NGINX, PATHS
+from bridge import tools
+from tests.conftest import GYM_PYTHON, ROOT
+
+ROW = {"responses_create_params": {"input": []}}
+RESPONSE = {
+    "id": "r",
+    "created_at": 0,
+    "model": "m",
+    "object": "response",
+    "output": [],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+
+
+def _post(url: str, body: object, cookie: str | None) -> tuple[int, object, str | None]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method="POST", headers={"content-type": "application/json"}
+    )
+    if cookie:
+        request.add_header("cookie", cookie)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, raw, headers = response.status, response.read(), response.headers
+    except urllib.error.HTTPError as exc:
+        status, raw, headers = exc.code, exc.read(), exc.headers
+    set_cookie = headers.get("set-cookie")
+    return status, json.loads(raw), set_cookie.split(";", 1)[0] if set_cookie else None
+
+
+def _play(url: str) -> list[tuple[int, object, bool]]:
+    """One rollout and its edge cases; (status, answer, whether a session cookie was set) per call."""
+    out = []
+    status, answer, cookie = _post(f"{url}/seed_session", {**ROW, "initial_count": 3}, None)
+    out.append((status, answer, cookie is not None))
+    other = _post(f"{url}/seed_session", {**ROW, "initial_count": 40}, None)[2]
+    calls = [
+        ("increment_counter", {"count": 2}, cookie),
+        ("increment_counter", {"count": 5}, other),
+        ("get_counter_value", None, cookie),
+        ("get_counter_value", {}, other),
+        ("verify", {**ROW, "response": RESPONSE, "expected_count": 5}, cookie),
+        ("verify", {**ROW, "response": RESPONSE, "expected_count": 6}, cookie),
+        ("increment_counter", {"count": 4}, None),  # no cookie: a new session at 0
+        ("get_counter_value", {}, None),
+        ("verify", {**ROW, "response": RESPONSE, "expected_count": 0}, None),  # unknown session: 0.0
+        ("increment_counter", {"count": "x"}, cookie),  # a validation error, nothing counted
+        ("get_counter_value", {}, cookie),
+    ]
+    for tool, body, jar in calls:
+        status, answer, set_cookie = _post(f"{url}/{tool}", body, jar)
+        if tool == "verify" and status == 200:  # Gym echoes its models' defaults too: compare the contract
+            assert isinstance(answer, dict)
+            answer = {"reward": answer["reward"], "keys": sorted(answer)}
+        if status == 422:
+            answer = "validation error"
+        out.append((status, answer, set_cookie is not None))
+    return out
+
+
+@pytest.fixture(scope="module")
+def bare_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("bare")
+    proc = procs._spawn("bare", [sys.executable, "-m", "benchmarks.bare_upstream"], workdir)
+    try:
+        from benchmarks.capacity import _port_line
+
+        yield f"http://127.0.0.1:{_port_line(proc)}"
+    finally:
+        proc.stop()
+
+
+@pytest.mark.timeout(300)
+def test_bare_upstream_answers_as_gyms_counter_server(bare_upstream: str, tmp_path: Path) -> None:
+    """The same calls against Gym's real ``example_session_state_mgmt`` (the reference) and the
+    benchmark's bare upstream give the same statuses, answers and session cookies; and the bridge
+    reads the same counter tools from both OpenAPI documents (the bare one adds ``echo``)."""
+    if not GYM_PYTHON.exists():
+        pytest.skip("the Gym environment is missing: run 'make setup'")
+    gym = procs.start_upstream(tmp_path)
+    try:
+        reference = _play(gym.url)
+        with urllib.request.urlopen(f"{gym.url}/openapi.json", timeout=10) as response:
+            gym_tools = tools.from_openapi(json.loads(response.read()))[0].tools
+    finally:
+        gym.stop()
+    assert reference[3][1] == {"count": 5} and reference[5][1] == {
+        "reward": 1.0,
+        "keys": ["response", "responses_create_params", "reward"],
+    }
+    assert _play(bare_upstream) == reference
+    with urllib.request.urlopen(f"{bare_upstream}/openapi.json", timeout=10) as response:
+        bare_tools = tools.from_openapi(json.loads(response.read()))[0].tools
+    assert set(bare_tools) == {*gym_tools, "echo"}
+    for name, spec in gym_tools.items():
+        assert bare_tools[name].input_schema.get("required", []) == spec.input_schema.get("required", [])
+    payload = "é" * 70000
+    assert _post(f"{bare_upstream}/echo", {"data": payload}, None)[1] == {"data": payload}
+
+
+@pytest.mark.timeout(420)
+def test_capacity_quick(tmp_path: Path) -> None:
+    """Two rounds at 1 and 16 sessions and the 64 KiB workload at 1: every path gives a figure and
+    an interval, every counter reads back exact after every run, the JSON has its fields."""
+    if not NGINX.exists():
+        if os.environ.get("CI") == "true":  # a green CI must have run it: .ci/run installs nginx
+            pytest.fail(f"{NGINX} is missing under CI=true: scripts/setup-nginx.sh installs it")
+        pytest.skip(f"{NGINX} is missing: run scripts/setup-nginx.sh")
+    out = tmp_path / "capacity.json"
+    argv = ["--rounds", "2", "--levels", "1,16", "--size-levels", "1", "--calls", "64", "--size-calls", "8"]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "capacity", *argv, "--silent", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "correctness: every answer checked, every counter read back exact after each run" in run.stdout
+    report = json.loads(out.read_text())
+    assert report["correct"] is True and report["error"] == ""
+    assert len(report["loadavg_at_start"]) == 3 and "nginx" in report["machine"]["nginx"]
+    runs = report["runs"]
+    assert {(r["workload"], r["sessions"], r["path"], r["round"]) for r in runs} == {
+        (w, n, p, r) for w, n in (("16B", 1), ("16B", 16), ("64KB", 1)) for p in PATHS for r in (0, 1)
+    }
+    assert all(r["counters_exact"] == r["sessions"] and r["calls_per_s"] > 0 for r in runs)
+    rows = {(r["workload"], r["sessions"], r["path"]): r for r in report["summary"]}
+    assert len(rows) == 15
+    for (workload, _, path), row in rows.items():
+        assert row["calls_per_s"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
+        assert row["client_busy"] > 0 and row["upstream_busy"] > 0
+        if path != "direct":
+            assert row["server_cpu_ms_per_call"] > 0 and row["calls_per_s_per_server_core"] > 0
+            assert len(row["added_p99_ms_over_direct"]) == 3
+        if path in ("rest", "mcp", "fwd"):
+            median, low, high = row["ratio_nginx"]
+            assert median > 0 and 0 < low <= high
+        if path == "fwd":
+            assert row["ratio_owner"][0] > 0 and row["cpu_ms_per_call"]["owner"] > 0
+        if workload == "64KB":
+            assert set(row["us_per_kb"]) == set(row["cpu_ms_per_call"])
+    assert "targets (reported, not asserted):" in run.stdout
