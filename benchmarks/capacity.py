@@ -42,10 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httptools
 import orjson
 
-from benchmarks import capacity_report, procs
+from benchmarks import capacity_report, procs, raw_http
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
@@ -79,56 +78,9 @@ http {{
 """
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 client connection; one exchange at a time (httptools parses)."""
-
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.transport: Any = None
-        self.waiter: asyncio.Future[tuple[int, bytes, list[bytes]]] | None = None
-        self.body: list[bytes] = []
-        self.cookies: list[bytes] = []
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(BenchError(f"connection closed mid-call: {exc}"))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"set-cookie":
-            self.cookies.append(value)
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        body, cookies, self.body, self.cookies = b"".join(self.body), self.cookies, [], []
-        if self.waiter is not None:
-            self.waiter.set_result((self.parser.get_status_code(), body, cookies))
-
-    async def call(self, request: bytes) -> tuple[int, bytes, list[bytes]]:
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        return await self.waiter
-
-
-def _request(path: str, body: bytes, headers: dict[str, str]) -> bytes:
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return (
-        f"POST {path} HTTP/1.1\r\ncontent-type: application/json\r\n{head}content-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
 @dataclass
 class _Session:
-    conn: _Conn
+    conn: raw_http.Conn
     seed: int
     headers: dict[str, str]
     count: int = 0
@@ -228,9 +180,9 @@ class Capacity:
             {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
         ]
 
-    async def _connect(self, proc: Proc) -> _Conn:
+    async def _connect(self, proc: Proc) -> raw_http.Conn:
         host, port = proc.url.removeprefix("http://").rsplit(":", 1)
-        _, conn = await asyncio.get_running_loop().create_connection(_Conn, host, int(port))
+        _, conn = await asyncio.get_running_loop().create_connection(raw_http.Conn, host, int(port))
         return conn
 
     async def crew(self, path: str, sessions: int) -> list[_Session]:
@@ -244,7 +196,7 @@ class Capacity:
             seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self._target(path)
             seed_conn = await self._connect(seeder)
             host = {"host": seeder.url.removeprefix("http://")}
-            status, raw, cookies = await seed_conn.call(_request("/seed_session", body, host))
+            status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
             if status != 200:
                 raise BenchError(f"{path}: seed answered {status}: {raw[:200]!r}")
             if path in ("direct", "nginx"):
@@ -272,8 +224,8 @@ class Capacity:
                     "params": {"name": tool, "arguments": arguments},
                 }
             )
-            return _request("/mcp", body, session.headers)
-        return _request(f"/{tool}", orjson.dumps(arguments), session.headers)
+            return raw_http.request("/mcp", body, session.headers)
+        return raw_http.request(f"/{tool}", orjson.dumps(arguments), session.headers)
 
     @staticmethod
     def _value(path: str, status: int, raw: bytes) -> Any:
