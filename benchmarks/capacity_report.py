@@ -128,27 +128,15 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
     out: list[tuple[str, str, bool | None]] = []
     for sessions in sorted({r["sessions"] for r in rows if r["workload"] == "16B"}):
         mcp, fwd = get.get(("16B", sessions, "mcp")), get.get(("16B", sessions, "fwd"))
-        if mcp:
-            cpu = mcp["server_cpu_ms_per_call"]
-            out.append(
-                (
-                    f"bridge CPU <= 0.25 ms per MCP tools/call, {sessions} sessions",
-                    f"{cpu:.3f} ms",
-                    cpu <= 0.25,
-                )
-            )
-        if fwd:
-            cpu = fwd["server_cpu_ms_per_call"]
-            out.append(
-                (
-                    f"non-owner CPU <= 0.15 ms per forwarded call, {sessions} sessions",
-                    f"{cpu:.3f} ms",
-                    cpu <= 0.15,
-                )
-            )
-            if fwd["ratio_owner"]:
-                ratio = fwd["ratio_owner"]
-                out.append((f"forwarded >= 0.9 of owner, {sessions} sessions", _ci(ratio), ratio[0] >= 0.9))
+        for row, what, bound in ((mcp, "bridge CPU", 0.25), (fwd, "non-owner CPU", 0.15)):
+            if row:
+                cpu = row["server_cpu_ms_per_call"]
+                call = "MCP tools/call" if row is mcp else "forwarded call"
+                target = f"{what} <= {bound} ms per {call}, {sessions} sessions"
+                out.append((target, f"{cpu:.3f} ms", cpu <= bound))
+        if fwd and fwd["ratio_owner"]:
+            ratio = fwd["ratio_owner"]
+            out.append((f"forwarded >= 0.9 of owner, {sessions} sessions", _ci(ratio), ratio[0] >= 0.9))
     mcp1 = get.get(("16B", 1, "mcp"))
     if mcp1 and mcp1["ratio_nginx"]:
         out.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -271,11 +272,15 @@ class Running:
         code, out = self.container.exec_run(list(cmd), demux=False)
         return int(code), (out or b"").decode(errors="replace")
 
-    def api_key(self) -> str:
-        """The REST API key the bridge generated on its first start, as an operator reads it."""
+    @functools.cached_property
+    def shown_api_key(self) -> str:
+        """The REST API key the bridge generated on its first start, as an operator reads it (once)."""
         code, out = self.exec("gym-mcp-bridge", "show-config", "--json")
         assert code == 0, out
         return str(json.loads(out)["api_key"])
+
+    def api_key(self) -> str:
+        return self.shown_api_key
 
     def auth(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key()}"}
