@@ -18,8 +18,11 @@ $(CURDIR)/.cache/uv-venv/bin/uv: scripts/uv-requirements.txt
 	.cache/uv-venv/bin/pip install -q --require-hashes --only-binary :all: -r scripts/uv-requirements.txt
 	touch $@
 
+# Bytecode compiled at install (as the image does): a start never compiles the sources, even where
+# PYTHONDONTWRITEBYTECODE is set (the bridge restarted in 2.5 s instead of 1.2 s here without it).
 setup: $(UV)
-	$(UV) sync -q --frozen --python "$(BRIDGE_PYTHON)"
+	$(UV) sync -q --frozen --compile-bytecode --python "$(BRIDGE_PYTHON)"
+	.venv/bin/python -m compileall -q bridge >/dev/null
 	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env $(GYM_PYTHON_BASE)
 
 gym-env: $(UV)

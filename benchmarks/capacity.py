@@ -10,7 +10,10 @@ one call at a time per session, every session at once:
 
 * ``direct``: ``POST /<tool>`` to the bare upstream with the session cookie (what core 0 can drive);
 * ``nginx``: the same through nginx (Debian's, ``scripts/setup-nginx.sh``), a plain keep-alive
-  reverse proxy, one process (the floor a proxy in Python is compared with);
+  reverse proxy, one process (the floor of any second process on the path);
+* ``relay`` and ``asgi``: the floors of a second process in Python (``benchmarks/relay.py``): bytes
+  copied both ways on uvloop with no HTTP parsing, and the bridge's own HTTP stack (uvicorn, its
+  protocol, its upstream pool) relaying each request with none of the bridge's MCP work;
 * ``rest``: ``POST /<tool>`` to the bridge with the session token (Gym's REST surface);
 * ``mcp``: a stateless ``tools/call`` on ``/mcp`` to the bridge that owns the session;
 * ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1).
@@ -48,7 +51,8 @@ from benchmarks import capacity_report, procs, raw_http
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
-PATHS = ["direct", "nginx", "rest", "mcp", "fwd"]
+PATHS = ["direct", "nginx", "relay", "asgi", "rest", "mcp", "fwd"]
+FLOORS = ("direct", "nginx", "relay", "asgi")  # paths that carry the upstream's cookie, not a token
 NGINX = Path("/usr/sbin/nginx")
 CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
@@ -125,6 +129,11 @@ class Capacity:
         up.url = f"http://127.0.0.1:{_port_line(up)}"
         if "nginx" in paths:
             self.procs["nginx"] = self._nginx(up.url)
+        for mode, name in (("bytes", "relay"), ("asgi", "asgi")):
+            if name in paths:
+                self.procs[name] = relay = procs.start_relay(self.workdir, up.url, mode)
+                for task in Path(f"/proc/{relay.pid}/task").iterdir():
+                    os.sched_setaffinity(int(task.name), {SERVER_CORE})
         saved = procs.BRIDGE
         procs.BRIDGE = [*pin, str(SERVER_CORE), *procs.BRIDGE]
         try:
@@ -199,7 +208,7 @@ class Capacity:
             status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
             if status != 200:
                 raise BenchError(f"{path}: seed answered {status}: {raw[:200]!r}")
-            if path in ("direct", "nginx"):
+            if path in FLOORS:
                 headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
                 conn = seed_conn
             else:

@@ -13,10 +13,20 @@ from collections.abc import Callable
 from typing import Any
 
 # Which processes do a path's work (the first is "the process under test" of the path).
-PATH_PROCS = {"direct": [], "nginx": ["nginx"], "rest": ["owner"], "mcp": ["owner"], "fwd": ["peer", "owner"]}
+PATH_PROCS = {
+    "direct": [],
+    "nginx": ["nginx"],
+    "relay": ["relay"],
+    "asgi": ["asgi"],
+    "rest": ["owner"],
+    "mcp": ["owner"],
+    "fwd": ["peer", "owner"],
+}
 LABELS = {
     "direct": "direct to the bare upstream",
     "nginx": "nginx keep-alive proxy (floor)",
+    "relay": "Python byte relay (floor)",
+    "asgi": "bridge HTTP stack, no MCP work",
     "rest": "bridge REST POST /<tool>",
     "mcp": "bridge MCP tools/call (owner)",
     "fwd": "bridge MCP via non-owner (fwd)",
@@ -88,7 +98,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 else None,
                 "loadavg": [min(r["loadavg"] for r in mine), max(r["loadavg"] for r in mine)],
             }
-            if path in ("rest", "mcp", "fwd"):
+            if path not in ("direct", "nginx"):
                 row["ratio_nginx"] = _paired(
                     mine, by_path["nginx"], lambda a, b: a["calls_per_s"] / b["calls_per_s"], rng
                 )

@@ -103,14 +103,25 @@ class Session:
     cookie: str
     toolset: ToolSet
     generation: int
-    created_at: float
     expires_at: float
     token: str = ""
-    upstream_headers: dict[str, str] = field(default_factory=dict)  # an MCP-native upstream's own token
-    calls: list[ToolCallRecord] = field(default_factory=list)
-    dropped: DroppedCalls = field(default_factory=DroppedCalls)
+    upstream_headers: dict[str, str] | None = None  # an MCP-native upstream's own token
+    # The log and its dropped calls are made by the first record: an idle session (most of the
+    # 10,000 a bridge may hold) would otherwise carry two empty lists and an object it never uses.
+    _calls: list[ToolCallRecord] | None = None
+    _dropped: DroppedCalls | None = None
     log_bytes: int = 0  # sum of the kept records' sizes
     rollout_id: str | None = None  # Gym's /ng-rollout/<id>/ prefix of the seed, when it had one
+
+    @property
+    def calls(self) -> list[ToolCallRecord]:
+        """The logged calls, in order (read only: ``SessionRegistry.record`` adds to them)."""
+        return self._calls if self._calls is not None else []
+
+    @property
+    def dropped(self) -> DroppedCalls:
+        """The calls the log left out (read only)."""
+        return self._dropped if self._dropped is not None else DroppedCalls()
 
     @property
     def row(self) -> dict[str, Any]:
@@ -187,7 +198,6 @@ class SessionRegistry:
             cookie=cookie,
             toolset=toolset,
             generation=generation,
-            created_at=now,
             expires_at=now + self.ttl_s,
         )
         self._open[session.sid] = session
@@ -224,9 +234,13 @@ class SessionRegistry:
             return
         cap = self._cap_reached(session, call.size)
         if cap is not None:
-            session.dropped.add(DroppedCall(session.calls_served + 1, call.canonical_name, cap))
+            if session._dropped is None:
+                session._dropped = DroppedCalls()
+            session._dropped.add(DroppedCall(session.calls_served + 1, call.canonical_name, cap))
             return
-        session.calls.append(call)
+        if session._calls is None:
+            session._calls = []
+        session._calls.append(call)
         session.log_bytes += call.size
         self.log_bytes += call.size
 

@@ -45,7 +45,7 @@ if [ -f "$here/../${input% *}" ] && [ "$(sha256sum "$here/../${input% *}" | cut 
   exit 1
 fi
 python=${2:-$("$here/find-python.sh" "$minor")}
-stamp="$version $(sha256sum "$lock" | cut -c1-64) $python"
+stamp="$version $(sha256sum "$lock" | cut -c1-64) $python bytecode"
 if [ -f "$target/.gym-env-stamp" ] && [ "$(cat "$target/.gym-env-stamp")" = "$stamp" ]; then
   exit 0
 fi
@@ -68,7 +68,7 @@ echo "building the Gym environment in $target (nemo-gym $version on $python, Pyt
 started=$(date +%s)
 rm -rf "$target"
 "$uv" venv -q --python "$python" "$target"
-"$uv" pip install -q --python "$target/bin/python" "${resolve[@]}" --no-deps --require-hashes \
+"$uv" pip install -q --python "$target/bin/python" "${resolve[@]}" --no-deps --require-hashes --compile-bytecode \
   --build-constraints "$build" -r "$lock"
 cp "$lock" "$target/nemo-gym.lock.txt"
 "$target/bin/python" -c "import nemo_gym, resources_servers.example_session_state_mgmt.app" >/dev/null
