@@ -52,7 +52,8 @@ fmt: setup
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
 
-# ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx)
+# ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx);
+# ARGS="footprint": restart to ready and idle sessions at 10,000 (benchmarks/footprint.py)
 bench: setup
 	case "$(ARGS)" in capacity*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)

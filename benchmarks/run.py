@@ -20,7 +20,8 @@ across paths (so machine noise hits every path alike) and medians taken:
   path. Compared with ``bridge`` (the same calls straight to the owner) it is the cost of reaching
   a session through any replica; its bridge CPU is both replicas' together;
 * ``capacity`` as the first argument runs ``benchmarks/capacity.py`` instead (the bridge's own
-  capacity in front of a bare upstream, against nginx; ``make bench ARGS="capacity --rounds 15"``);
+  capacity in front of a bare upstream, against nginx; ``make bench ARGS="capacity --rounds 15"``),
+  and ``footprint`` runs ``benchmarks/footprint.py`` (restart to ready, idle sessions at 10,000);
 * the hops (``benchmarks/hops.py``, ``--hops``): a synchronous keep-alive client (``http.client``)
   straight to the upstream, to the owner replica, through a non-owner, and spread over 2 and 3
   replicas, at 1 and 16 sessions, each as a ratio to direct HTTP in the same round, with CPU per
@@ -337,12 +338,14 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(argv if argv is not None else sys.argv[1:])
-    if given[:1] == [
-        "capacity"
-    ]:  # make bench ARGS="capacity ...": the bridge's own capacity (benchmarks/capacity.py)
+    if given[:1] == ["capacity"]:  # make bench ARGS="capacity ...": benchmarks/capacity.py
         from benchmarks import capacity
 
         return capacity.main(given[1:])
+    if given[:1] == ["footprint"]:  # make bench ARGS="footprint ...": benchmarks/footprint.py
+        from benchmarks import footprint
+
+        return footprint.main(given[1:])
     args = parse_args(argv)
     try:
         import uvloop

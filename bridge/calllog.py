@@ -5,15 +5,25 @@ with a session token) in the order served; ``trajectory.from_recorded`` turns th
 Responses object for ``/verify``. Each record knows its size (``size``: arguments as JSON plus the
 output, in UTF-8 bytes), measured once when it is built, which the session registry charges
 against its log byte budgets.
+
+A session log keeps each record as a plain tuple of strings, numbers and bytes (``as_row``, the
+arguments as their JSON when that reads back equal; ``from_row`` gives the record back). Python's
+cyclic garbage collector watches every instance of a class and every tuple holding a dict, and
+drops a tuple of such atomic values from its watch after one pass: a bridge holding a few hundred
+thousand logged calls otherwise has every full collection walk all of them, a pause of 100 ms and
+more for every request in flight.
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+# ToolCallRecord.as_row: its fields in order, the arguments as JSON bytes where they read back equal
+LogRow = tuple[str, str, str, "bytes | dict[str, Any]", str, bool, float, float, int]
 
 
 @dataclass(slots=True)
@@ -26,10 +36,25 @@ class ToolCallRecord:
     is_error: bool
     started_at: float
     duration_s: float
-    size: int = field(init=False, default=0)
+    size: int = -1  # measured from the arguments and output unless given (a row read back)
 
     def __post_init__(self) -> None:
-        self.size = record_size(self.arguments, self.output)
+        if self.size < 0:
+            self.size = record_size(self.arguments, self.output)
+
+    def as_row(self) -> LogRow:
+        """The record's fields as a plain tuple, in order: what a session log keeps."""
+        return (
+            self.call_id, self.emitted_name, self.canonical_name, _compact(self.arguments), self.output,
+            self.is_error, self.started_at, self.duration_s, self.size,
+        )  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: LogRow) -> ToolCallRecord:
+        arguments = row[3]
+        if isinstance(arguments, bytes):
+            arguments = orjson.loads(arguments)
+        return cls(row[0], row[1], row[2], arguments, row[4], row[5], row[6], row[7], row[8])
 
     @classmethod
     def served(
@@ -39,6 +64,16 @@ class ToolCallRecord:
         """The record of a call just served, under a fresh ``call_id``."""
         call_id = f"call_{secrets.token_hex(12)}"
         return cls(call_id, emitted or name, name, arguments, output, is_error, started, elapsed)
+
+
+def _compact(arguments: dict[str, Any]) -> bytes | dict[str, Any]:
+    """The arguments as JSON bytes when those read back equal to them (orjson keeps int, float,
+    bool, str, list and dict apart), else the dict itself (a NaN, an integer past 64 bits, a tuple)."""
+    try:
+        encoded = orjson.dumps(arguments)
+    except (orjson.JSONEncodeError, TypeError):
+        return arguments
+    return encoded if orjson.loads(encoded) == arguments else arguments
 
 
 def record_size(arguments: dict[str, Any], output: str) -> int:

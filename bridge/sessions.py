@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from bridge.calllog import ToolCallRecord
+from bridge.calllog import LogRow, ToolCallRecord
 from bridge.tools import ToolSet
 
 LOST_REASON = (
@@ -108,15 +108,15 @@ class Session:
     upstream_headers: dict[str, str] | None = None  # an MCP-native upstream's own token
     # The log and its dropped calls are made by the first record: an idle session (most of the
     # 10,000 a bridge may hold) would otherwise carry two empty lists and an object it never uses.
-    _calls: list[ToolCallRecord] | None = None
+    _calls: list[LogRow] | None = None  # ToolCallRecord.as_row of each logged call
     _dropped: DroppedCalls | None = None
     log_bytes: int = 0  # sum of the kept records' sizes
     rollout_id: str | None = None  # Gym's /ng-rollout/<id>/ prefix of the seed, when it had one
 
     @property
     def calls(self) -> list[ToolCallRecord]:
-        """The logged calls, in order (read only: ``SessionRegistry.record`` adds to them)."""
-        return self._calls if self._calls is not None else []
+        """The logged calls, in order (a copy: ``SessionRegistry.record`` adds to the log)."""
+        return [ToolCallRecord.from_row(row) for row in self._calls] if self._calls is not None else []
 
     @property
     def dropped(self) -> DroppedCalls:
@@ -135,7 +135,7 @@ class Session:
     @property
     def calls_served(self) -> int:
         """Tool calls served for this session, logged or not."""
-        return len(self.calls) + self.dropped.count
+        return len(self._calls or ()) + self.dropped.count
 
     @property
     def log_complete(self) -> bool:
@@ -240,13 +240,13 @@ class SessionRegistry:
             return
         if session._calls is None:
             session._calls = []
-        session._calls.append(call)
+        session._calls.append(call.as_row())
         session.log_bytes += call.size
         self.log_bytes += call.size
 
     def _cap_reached(self, session: Session, size: int) -> str | None:
         """The cap a record of ``size`` bytes would go past, as ``name=value``; None if it fits."""
-        if len(session.calls) >= self.max_calls_logged:
+        if len(session._calls or ()) >= self.max_calls_logged:
             return f"max_calls_logged={self.max_calls_logged}"
         if session.log_bytes + size > self.max_session_log_bytes:
             return f"max_session_log_bytes={self.max_session_log_bytes}"

@@ -161,3 +161,21 @@ def test_capacity_quick(tmp_path: Path) -> None:
         if workload == "64KB":
             assert set(row["us_per_kb"]) == set(row["cpu_ms_per_call"])
     assert "targets (reported, not asserted):" in run.stdout
+
+
+@pytest.mark.timeout(300)
+def test_footprint_quick(tmp_path: Path) -> None:
+    """``make bench ARGS=footprint`` in small: one restart against the bare upstream answers a seeded
+    session's tools/call exactly, 300 idle sessions read back exact, and the import split is there
+    (figures are reported, none is asserted)."""
+    out = tmp_path / "footprint.json"
+    argv = ["footprint", "--restarts", "1", "--sessions", "300", "--json", str(out)]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *argv], cwd=ROOT, capture_output=True, text=True, timeout=280
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    assert report["idle"]["correct"] is True and report["idle"]["sessions"] == 250
+    assert 0 < report["ready_s_median"] <= report["first_answer_s_median"]
+    assert 0 < report["imports"]["mcp_sdk_ms"] < report["imports"]["all_ms"]
+    assert "bytes per session" in run.stdout and "restart to ready" in run.stdout

@@ -5,6 +5,7 @@ the incomplete-log summary ``recorded`` verify refuses with."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -186,6 +187,33 @@ def test_calls_within_every_cap_are_logged_in_order() -> None:
     assert session.log_complete and session.incomplete_reason() is None
     assert session.dropped.count == 0 and session.calls_served == 2
     assert session.log_bytes == sessions.log_bytes == sum(r.size for r in served)
+
+
+def test_the_log_reads_back_every_argument_exactly_and_stays_out_of_the_collectors_sight() -> None:
+    """Arguments go into the log as JSON bytes only where those read back equal (types too); a NaN,
+    an integer past 64 bits or a tuple stays the object it was. Rows of JSON-able calls are not
+    tracked by the cyclic collector after one pass, so full collections do not walk the logs."""
+    sessions = registry()
+    session = open_session(sessions)
+    tricky = [
+        {"count": 1, "ratio": 1.0, "flag": True, "none": None, "text": "é\u2028", "nested": [1, {"a": [2.5]}]},
+        {"nan": float("nan")},
+        {"big": 2**70},
+        {"pair": (1, 2)},
+        {},
+    ]
+    served = [call("increment_counter", "1", **arguments) for arguments in tricky]
+    for record in served:
+        sessions.record(session, record)
+    back = session.calls
+    assert [r.call_id for r in back] == [r.call_id for r in served]
+    for record, original in zip(back, tricky, strict=True):
+        assert repr(record.arguments) == repr(original)  # repr: nan != nan, and 1 == 1.0 == True
+        assert [type(v) for v in record.arguments.values()] == [type(v) for v in original.values()]
+    assert [r.size for r in back] == [r.size for r in served]
+    gc.collect()
+    rows = session._calls or []
+    assert [gc.is_tracked(row) for row in rows] == [False, True, True, True, False]
 
 
 def test_max_calls_logged_drops_later_calls_and_names_them() -> None:

@@ -1,0 +1,157 @@
+"""The bridge's footprint outside its calls: restart to ready against a warm upstream, and the memory
+an idle session holds.
+
+    python -m benchmarks.footprint [--restarts 7] [--sessions 10000] [--json FILE]
+    make bench ARGS="footprint"
+
+* Restart: the bare upstream (``benchmarks/bare_upstream.py``) is up; ``gym-mcp-bridge serve``
+  (external mode) is spawned ``--restarts`` times and timed from spawn to the first 200 from
+  ``/readyz`` (polled every 5 ms) and to its first answer: a session seeded and one MCP
+  ``tools/call`` answered. Beside it, what the imports cost: ``python -X importtime`` over the
+  modules ``serve`` loads, split into the MCP SDK (``mcp``, ``mcp_types``) and everything else.
+* Idle sessions: a fresh bridge, its RSS before and after ``--sessions`` open sessions (the default
+  is ``max_sessions``, 10,000) that then sit idle; a sample of them is read back and must be exact
+  (``benchmarks.lifecycle.idle_sessions``).
+
+Nothing here asserts a time; the figures go to the JSON and docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+
+from benchmarks import lifecycle, procs
+from benchmarks.capacity import _port_line
+from benchmarks.clients import TOKEN_HEADER
+from benchmarks.procs import BenchError, Proc
+
+WARM_SESSIONS = 50  # lifecycle.idle_sessions seeds these (and calls ten) before it measures
+SDK_PACKAGES = ("mcp", "mcp_types")
+
+
+def imports() -> dict[str, float]:
+    """Milliseconds of ``import`` for what ``serve`` loads, by ``-X importtime``: all, the MCP SDK's."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import bridge.commands.cli, bridge.http.app"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=procs.ROOT,
+    )
+    total = sdk = 0.0
+    for line in run.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        self_us, _, name = (part.strip() for part in line.removeprefix("import time:").split("|"))
+        if not self_us.isdigit():
+            continue  # the header line
+        total += int(self_us) / 1e3
+        if name.split(".", 1)[0] in SDK_PACKAGES:
+            sdk += int(self_us) / 1e3
+    return {"all_ms": total, "mcp_sdk_ms": sdk, "rest_ms": total - sdk}
+
+
+def first_answer(bridge: Proc) -> None:
+    """Seed a session and call one tool over MCP; BenchError unless the counter answers exact."""
+    with httpx.Client(base_url=bridge.url, timeout=30) as http:
+        seeded = http.post("/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7})
+        token = seeded.json()["mcp"]["headers"][TOKEN_HEADER]
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_counter_value"}}
+        headers = {TOKEN_HEADER: token, "accept": "application/json, text/event-stream"}
+        answer = http.post("/mcp", json=call, headers=headers).json()
+    if answer.get("result", {}).get("structuredContent") != {"count": 7}:
+        raise BenchError(f"first answer after a restart: {answer!r}")
+
+
+def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]]:
+    out = []
+    for i in range(count):
+        started = time.monotonic()
+        bridge = procs.start_bridge(workdir, upstream.url, name=f"restart-{i}")
+        try:
+            ready = float(bridge.extra["ready_s"])  # type: ignore[arg-type]
+            first_answer(bridge)
+            out.append({"ready_s": ready, "first_answer_s": time.monotonic() - started})
+        finally:
+            bridge.stop()
+    return out
+
+
+async def idle(workdir: Path, upstream: Proc, sessions: int) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http:
+        return await lifecycle.idle_sessions(workdir, upstream, http, sessions - WARM_SESSIONS, [])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    when, load0 = dt.datetime.now(dt.UTC), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="gym-mcp-footprint-") as tmp:
+        workdir = Path(tmp)
+        upstream = procs._spawn("upstream", [sys.executable, "-m", "benchmarks.bare_upstream"], workdir)
+        try:
+            upstream.url = f"http://127.0.0.1:{_port_line(upstream)}"
+            starts = restarts(workdir, upstream, args.restarts)
+            memory = asyncio.run(idle(workdir, upstream, args.sessions))
+        finally:
+            upstream.stop()
+    return {
+        "when_utc": when.isoformat(),
+        "command": "python -m benchmarks.footprint " + " ".join(sys.argv[1:]),
+        "python": sys.version.split()[0],
+        "loadavg_at_start": load0,
+        "loadavg_at_end": os.getloadavg(),
+        "restarts": starts,
+        "ready_s_median": statistics.median(s["ready_s"] for s in starts),
+        "first_answer_s_median": statistics.median(s["first_answer_s"] for s in starts),
+        "imports": imports(),
+        "idle": memory,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    starts, imp, mem = report["restarts"], report["imports"], report["idle"]
+    ready = " ".join(f"{s['ready_s']:.2f}" for s in starts)
+    return "\n".join(
+        [
+            f"gym-mcp-bridge footprint, {report['when_utc'][:16]} UTC, Python {report['python']}, "
+            f"load avg at start {report['loadavg_at_start'][0]:.2f}",
+            f"restart to ready (warm upstream): median {report['ready_s_median']:.3f} s ({ready}); "
+            f"to the first answered tools/call: median {report['first_answer_s_median']:.3f} s",
+            f"imports of serve: {imp['all_ms']:.0f} ms, of which the MCP SDK {imp['mcp_sdk_ms']:.0f} ms "
+            f"and everything else {imp['rest_ms']:.0f} ms (python -X importtime, one run)",
+            f"idle sessions: {mem['sessions'] + WARM_SESSIONS} open, bridge RSS {mem['bridge_rss_before_mb']:.1f} -> "
+            f"{mem['bridge_rss_after_mb']:.1f} MB, {mem['bridge_rss_growth_bytes_per_session']:.0f} bytes per session; "
+            f"sampled sessions exact: {mem['correct']}",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.footprint", description=__doc__.split("\n\n")[0])
+    p.add_argument("--restarts", type=int, default=7)
+    p.add_argument("--sessions", type=int, default=10000, help="open sessions in all (<= max_sessions)")
+    p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "footprint.json")
+    args = p.parse_args(argv)
+    report = run(args)
+    print(render(report))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2))
+    print(f"json: {args.json}")
+    return 0 if report["idle"]["correct"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
