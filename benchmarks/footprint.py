@@ -68,7 +68,9 @@ def imports() -> dict[str, float]:
 def first_answer(bridge: Proc) -> None:
     """Seed a session and call one tool over MCP; BenchError unless the counter answers exact."""
     with httpx.Client(base_url=bridge.url, timeout=30) as http:
-        seeded = http.post("/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7})
+        seeded = http.post(
+            "/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7}
+        )
         token = seeded.json()["mcp"]["headers"][TOKEN_HEADER]
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_counter_value"}}
         headers = {TOKEN_HEADER: token, "accept": "application/json, text/event-stream"}

@@ -17,7 +17,7 @@ more for every request in flight.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -37,6 +37,7 @@ class ToolCallRecord:
     started_at: float
     duration_s: float
     size: int = -1  # measured from the arguments and output unless given (a row read back)
+    packed: bytes | dict[str, Any] | None = field(default=None, repr=False, compare=False)  # _compact's
 
     def __post_init__(self) -> None:
         if self.size < 0:
@@ -45,7 +46,8 @@ class ToolCallRecord:
     def as_row(self) -> LogRow:
         """The record's fields as a plain tuple, in order: what a session log keeps."""
         return (
-            self.call_id, self.emitted_name, self.canonical_name, _compact(self.arguments), self.output,
+            self.call_id, self.emitted_name, self.canonical_name,
+            self.packed if self.packed is not None else _compact(self.arguments), self.output,
             self.is_error, self.started_at, self.duration_s, self.size,
         )  # fmt: skip
 
@@ -63,7 +65,11 @@ class ToolCallRecord:
     ) -> ToolCallRecord:  # fmt: skip
         """The record of a call just served, under a fresh ``call_id``."""
         call_id = f"call_{secrets.token_hex(12)}"
-        return cls(call_id, emitted or name, name, arguments, output, is_error, started, elapsed)
+        packed = _compact(arguments)  # one encoding for the log and the size
+        size = len(packed) + utf8_len(output) if isinstance(packed, bytes) else record_size(arguments, output)
+        return cls(
+            call_id, emitted or name, name, arguments, output, is_error, started, elapsed, size, packed
+        )
 
 
 def _compact(arguments: dict[str, Any]) -> bytes | dict[str, Any]:

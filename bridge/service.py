@@ -307,7 +307,11 @@ class Bridge:
         try:
             outcome = outcomes.mcp_answered(
                 *await upstream_mcp.call(
-                    self.upstream, session.upstream_headers or {}, name, arguments, self.settings.tool_timeout_s
+                    self.upstream,
+                    session.upstream_headers or {},
+                    name,
+                    arguments,
+                    self.settings.tool_timeout_s,
                 )
             )
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:

@@ -196,7 +196,14 @@ def test_the_log_reads_back_every_argument_exactly_and_stays_out_of_the_collecto
     sessions = registry()
     session = open_session(sessions)
     tricky = [
-        {"count": 1, "ratio": 1.0, "flag": True, "none": None, "text": "é\u2028", "nested": [1, {"a": [2.5]}]},
+        {
+            "count": 1,
+            "ratio": 1.0,
+            "flag": True,
+            "none": None,
+            "text": "é\u2028",
+            "nested": [1, {"a": [2.5]}],
+        },
         {"nan": float("nan")},
         {"big": 2**70},
         {"pair": (1, 2)},
@@ -211,6 +218,10 @@ def test_the_log_reads_back_every_argument_exactly_and_stays_out_of_the_collecto
         assert repr(record.arguments) == repr(original)  # repr: nan != nan, and 1 == 1.0 == True
         assert [type(v) for v in record.arguments.values()] == [type(v) for v in original.values()]
     assert [r.size for r in back] == [r.size for r in served]
+    for arguments in tricky:  # a served call measures itself from the one encoding it keeps
+        assert ToolCallRecord.served("t", None, arguments, "é", False, 0, 0).size == record_size(
+            arguments, "é"
+        )
     gc.collect()
     rows = session._calls or []
     assert [gc.is_tracked(row) for row in rows] == [False, True, True, True, False]
