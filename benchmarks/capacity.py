@@ -368,12 +368,12 @@ async def amain(args: argparse.Namespace) -> int:
     rows = capacity_report.summarize([asdict(r) for r in runs], args.seed)
     report = {
         "when_utc": when.isoformat(),
-        "command": "python -m benchmarks.capacity " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.capacity " + " ".join(args.argv),
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "nginx": _nginx_version()},
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
         "cores": {"bridge, nginx": SERVER_CORE, "client, upstream": CLIENT_CORE},
-        "args": vars(args) | {"json": str(args.json)},
+        "args": {k: v for k, v in vars(args).items() if k != "argv"} | {"json": str(args.json)},
         "correct": not error,
         "error": error,
         "summary": rows,
@@ -439,7 +439,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     import uvloop
 
-    return uvloop.run(amain(parse_args(argv)))
+    args = parse_args(argv)
+    args.argv = (
+        sys.argv[1:] if argv is None else argv
+    )  # as given (``benchmarks.run capacity`` drops its word)
+    return uvloop.run(amain(args))
 
 
 if __name__ == "__main__":

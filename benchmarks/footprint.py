@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             upstream.stop()
     return {
         "when_utc": when.isoformat(),
-        "command": "python -m benchmarks.footprint " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.footprint " + " ".join(args.argv),
         "python": sys.version.split()[0],
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=10000, help="open sessions in all (<= max_sessions)")
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "footprint.json")
     args = p.parse_args(argv)
+    args.argv = (
+        sys.argv[1:] if argv is None else argv
+    )  # as given (``benchmarks.run footprint`` drops its word)
     report = run(args)
     print(render(report))
     args.json.parent.mkdir(parents=True, exist_ok=True)
