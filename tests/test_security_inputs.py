@@ -486,3 +486,26 @@ async def test_mcp_requires_a_valid_token_for_every_tool_call(log_dir: Path) -> 
         for tool in ("increment_counter", "get_counter_value", "slow_tool", "fail_500"):
             result = await client.call_tool(tool, {})
             assert result.is_error and "missing session token" in text_of(result)
+
+
+def test_json_depth_is_judged_alike_on_small_and_large_bodies() -> None:
+    """Large bodies count brackets a different way (``find`` until past the limit): a deep value at
+    the end of a 64 KiB argument is still refused; brackets inside strings and many shallow ones
+    are not depth."""
+    from bridge.http.requests import json_too_deep
+
+    pad = "x" * 65536
+    deep_tail = '{"a": "' + pad + '", "b": ' + "[" * 30 + "]" * 30 + "}"
+    in_string = '{"a": "' + "[{" * 40 + pad + '"}'
+    shallow = '{"a": "' + pad + '", "b": [' + ",".join(["[1]"] * 100) + "]}"
+    for text, limit, deep in (
+        (deep_tail, 20, True),
+        (deep_tail, 40, False),
+        (in_string, 20, False),
+        (shallow, 20, False),
+    ):
+        body = text.encode()
+        assert len(body) > 4096
+        assert json_too_deep(body, limit) is deep, (text[-80:], limit)
+        small = text.replace(pad, "x").encode()  # the same shape under 4 KiB: the other counting
+        assert len(small) < 4096 and json_too_deep(small, limit) is deep

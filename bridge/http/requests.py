@@ -85,7 +85,7 @@ def json_too_deep(body: bytes, limit: int) -> bool:
     """Whether the JSON text nests arrays/objects deeper than ``limit`` (strings are skipped).
 
     Cheap on ordinary bodies: with no more brackets than ``limit`` it cannot be too deep."""
-    if body.count(b"[") + body.count(b"{") <= limit:
+    if _few_brackets(body, limit):
         return False
     depth = 0
     for byte in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET):
@@ -98,9 +98,26 @@ def json_too_deep(body: bytes, limit: int) -> bool:
     return False
 
 
+def _few_brackets(body: bytes, limit: int) -> bool:
+    """Whether ``body`` holds at most ``limit`` opening brackets. A large body is searched bracket
+    by bracket (``find``: memchr), stopping past the limit: ``bytes.count`` reads all of a 64 KiB
+    argument at a third of that speed, twice."""
+    if len(body) < 4096:
+        return body.count(b"[") + body.count(b"{") <= limit
+    found = 0
+    for bracket in (b"[", b"{"):
+        at = body.find(bracket)
+        while at != -1:
+            found += 1
+            if found > limit:
+                return False
+            at = body.find(bracket, at + 1)
+    return True
+
+
 async def json_too_deep_async(body: bytes, limit: int) -> bool:
     """``json_too_deep``, off the event loop for large bodies (the scan is linear in Python)."""
-    if len(body) < _SCAN_INLINE_BYTES or body.count(b"[") + body.count(b"{") <= limit:
+    if len(body) < _SCAN_INLINE_BYTES or _few_brackets(body, limit):
         return json_too_deep(body, limit)
     return await anyio.to_thread.run_sync(json_too_deep, body, limit)
 
