@@ -45,7 +45,7 @@ if [ -f "$here/../${input% *}" ] && [ "$(sha256sum "$here/../${input% *}" | cut 
   exit 1
 fi
 python=${2:-$("$here/find-python.sh" "$minor")}
-stamp="$version $(sha256sum "$lock" | cut -c1-64) $python bytecode"
+stamp="$version $(sha256sum "$lock" | cut -c1-64) $python"
 if [ -f "$target/.gym-env-stamp" ] && [ "$(cat "$target/.gym-env-stamp")" = "$stamp" ]; then
   exit 0
 fi

@@ -129,7 +129,8 @@ def test_the_gym_env_installs_the_lock_with_require_hashes() -> None:
     installs = [line for line in setup.splitlines() if re.search(r'"\$uv" pip install', line)]
     assert len(installs) == 1, installs
     assert re.search(
-        r'--no-deps --require-hashes\s+--build-constraints "\$build" -r "\$lock"', installs[0]
+        r'--no-deps --require-hashes --compile-bytecode\s+--build-constraints "\$build" -r "\$lock"',
+        installs[0],
     ), installs
     dockerfile = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     assert re.search(
