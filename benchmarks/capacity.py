@@ -120,13 +120,7 @@ class Capacity:
 
     def start(self, paths: list[str]) -> None:
         pin = ["taskset", "-c"]
-        up = procs._spawn(
-            "upstream",
-            [*pin, str(CLIENT_CORE), sys.executable, "-m", "benchmarks.bare_upstream"],
-            self.workdir,
-        )
-        self.procs["upstream"] = up
-        up.url = f"http://127.0.0.1:{_port_line(up)}"
+        self.procs["upstream"] = up = procs.start_bare_upstream(self.workdir, [*pin, str(CLIENT_CORE)])
         if "nginx" in paths:
             self.procs["nginx"] = self._nginx(up.url)
         for mode, name in (("bytes", "relay"), ("asgi", "asgi")):
@@ -316,20 +310,6 @@ class Capacity:
         )  # fmt: skip
 
 
-def _port_line(proc: Proc, timeout: float = 30) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        first = (
-            proc.log.read_text(errors="replace").split("\n", 1)[0] if proc.log and proc.log.exists() else ""
-        )
-        if first.startswith("port ") and first[5:].isdigit():
-            return int(first[5:])
-        if not proc.alive() or time.monotonic() > deadline:
-            proc.stop()
-            raise BenchError(f"{proc.name} did not start:\n{proc.log_tail()}")
-        time.sleep(0.02)
-
-
 def calls_for(total: int, sessions: int) -> int:
     return max(20, total // sessions)
 
@@ -440,9 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     args = parse_args(argv)
-    args.argv = (
-        sys.argv[1:] if argv is None else argv
-    )  # as given (``benchmarks.run capacity`` drops its word)
+    # the command line as given, for the report (``benchmarks.run capacity`` passes it without that word)
+    args.argv = sys.argv[1:] if argv is None else argv
     return uvloop.run(amain(args))
 
 

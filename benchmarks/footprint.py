@@ -35,7 +35,6 @@ import aiohttp
 import httpx
 
 from benchmarks import lifecycle, procs
-from benchmarks.capacity import _port_line
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
@@ -102,9 +101,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     when, load0 = dt.datetime.now(dt.UTC), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gym-mcp-footprint-") as tmp:
         workdir = Path(tmp)
-        upstream = procs._spawn("upstream", [sys.executable, "-m", "benchmarks.bare_upstream"], workdir)
+        upstream = procs.start_bare_upstream(workdir)
         try:
-            upstream.url = f"http://127.0.0.1:{_port_line(upstream)}"
             starts = restarts(workdir, upstream, args.restarts)
             memory = asyncio.run(idle(workdir, upstream, args.sessions))
         finally:
@@ -147,9 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=10000, help="open sessions in all (<= max_sessions)")
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "footprint.json")
     args = p.parse_args(argv)
-    args.argv = (
-        sys.argv[1:] if argv is None else argv
-    )  # as given (``benchmarks.run footprint`` drops its word)
+    # the command line as given, for the report (``benchmarks.run footprint`` passes it without that word)
+    args.argv = sys.argv[1:] if argv is None else argv
     report = run(args)
     print(render(report))
     args.json.parent.mkdir(parents=True, exist_ok=True)

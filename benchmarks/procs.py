@@ -119,6 +119,29 @@ class Proc:
                 os.killpg(self.popen.pid, signal.SIGKILL)
 
 
+def port_line(proc: Proc, timeout: float = 30) -> int:
+    """The port a benchmark instrument (``bare_upstream``, ``relay``) listens on: its first output
+    line is ``port N``. BenchError (the process stopped) if it exits or says nothing in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        first = (
+            proc.log.read_text(errors="replace").split("\n", 1)[0] if proc.log and proc.log.exists() else ""
+        )
+        if first.startswith("port ") and first[5:].isdigit():
+            return int(first[5:])
+        if not proc.alive() or time.monotonic() > deadline:
+            proc.stop()
+            raise BenchError(f"{proc.name} did not start:\n{proc.log_tail()}")
+        time.sleep(0.02)
+
+
+def start_bare_upstream(workdir: Path, pin: list[str] | None = None) -> Proc:
+    """``benchmarks/bare_upstream.py`` (process ``upstream``), serving; ``pin``: a ``taskset`` prefix."""
+    proc = _spawn("upstream", [*(pin or []), sys.executable, "-m", "benchmarks.bare_upstream"], workdir)
+    proc.url = f"http://127.0.0.1:{port_line(proc)}"
+    return proc
+
+
 def start_relay(workdir: Path, target_url: str, mode: str = "bytes", timeout: float = 60) -> Proc:
     """``benchmarks/relay.py`` in front of ``target_url``, the hops benchmark's controls: ``bytes``
     (process ``relay``) copies bytes, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no
@@ -128,16 +151,8 @@ def start_relay(workdir: Path, target_url: str, mode: str = "bytes", timeout: fl
     proc = _spawn(
         name, [sys.executable, "-m", "benchmarks.relay", "--target", target, "--mode", mode], workdir
     )
-    deadline, log = time.monotonic() + timeout, workdir / f"{name}.log"
-    while True:
-        first = log.read_text(errors="replace").split("\n", 1)[0] if log.exists() else ""
-        if first.startswith("port ") and first.endswith(tuple("0123456789")):
-            proc.url = f"http://127.0.0.1:{int(first.split()[1])}"
-            return proc
-        if not proc.alive() or time.monotonic() > deadline:
-            proc.stop()
-            raise BenchError(f"the relay did not start:\n{proc.log_tail()}")
-        time.sleep(0.02)
+    proc.url = f"http://127.0.0.1:{port_line(proc, timeout)}"
+    return proc
 
 
 def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:

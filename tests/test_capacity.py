@@ -81,11 +81,9 @@ def _play(url: str) -> list[tuple[int, object, bool]]:
 @pytest.fixture(scope="module")
 def bare_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("bare")
-    proc = procs._spawn("bare", [sys.executable, "-m", "benchmarks.bare_upstream"], workdir)
+    proc = procs.start_bare_upstream(workdir)
     try:
-        from benchmarks.capacity import _port_line
-
-        yield f"http://127.0.0.1:{_port_line(proc)}"
+        yield proc.url
     finally:
         proc.stop()
 

@@ -85,8 +85,11 @@ def json_too_deep(body: bytes, limit: int) -> bool:
     """Whether the JSON text nests arrays/objects deeper than ``limit`` (strings are skipped).
 
     Cheap on ordinary bodies: with no more brackets than ``limit`` it cannot be too deep."""
-    if _few_brackets(body, limit):
-        return False
+    return not _few_brackets(body, limit) and _nested_deeper(body, limit)
+
+
+def _nested_deeper(body: bytes, limit: int) -> bool:
+    """The scan behind ``json_too_deep``: bracket depth outside strings, linear in Python."""
     depth = 0
     for byte in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKET):
         if byte in (0x5B, 0x7B):
@@ -117,9 +120,11 @@ def _few_brackets(body: bytes, limit: int) -> bool:
 
 async def json_too_deep_async(body: bytes, limit: int) -> bool:
     """``json_too_deep``, off the event loop for large bodies (the scan is linear in Python)."""
-    if len(body) < _SCAN_INLINE_BYTES or _few_brackets(body, limit):
-        return json_too_deep(body, limit)
-    return await anyio.to_thread.run_sync(json_too_deep, body, limit)
+    if _few_brackets(body, limit):
+        return False
+    if len(body) < _SCAN_INLINE_BYTES:
+        return _nested_deeper(body, limit)
+    return await anyio.to_thread.run_sync(_nested_deeper, body, limit)
 
 
 async def read_object(
