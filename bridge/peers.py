@@ -15,6 +15,7 @@ from urllib.parse import SplitResult, urlsplit
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_VERDICTS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +108,21 @@ class Peers:
 
     def __init__(self, patterns: list[str]) -> None:
         self.patterns = parse_peers(patterns)
+        self._verdicts: dict[str, bool] = {}  # owner -> allows(owner); the patterns never change
 
     def allows(self, owner: str) -> bool:
-        """Whether ``owner`` is a plain base URL (no credentials, path, query) matching a pattern."""
+        """Whether ``owner`` is a plain base URL (no credentials, path, query) matching a pattern.
+        Every forwarded call asks about the same few owners, so each verdict is remembered (at most
+        ``_VERDICTS`` of them: an owner comes from a token signed with the shared key)."""
+        verdict = self._verdicts.get(owner)
+        if verdict is None:
+            verdict = self._judge(owner)
+            if len(self._verdicts) >= _VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[owner] = verdict
+        return verdict
+
+    def _judge(self, owner: str) -> bool:
         try:
             url = urlsplit(owner)
             url.port  # noqa: B018 - raises ValueError on a bad port

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from bridge.peers import PeerPattern
+from bridge.peers import PeerPattern, Peers
 
 
 @pytest.mark.parametrize(
@@ -33,3 +33,23 @@ def test_patterns_match_as_documented(pattern: str, url: str, expected: bool) ->
 def test_malformed_patterns_are_refused_with_the_reason(pattern: str) -> None:
     with pytest.raises(ValueError, match="peer pattern"):
         PeerPattern.parse(pattern)
+
+
+def test_remembered_verdicts_stay_each_owners_own() -> None:
+    """``Peers.allows`` remembers its verdicts: asked again, in any order and past the memo's bound,
+    every owner gets the grammar's answer for itself, never a neighbour's (a look-alike host, the
+    same host with credentials, a path or a bad port)."""
+    peers = Peers(["http://*.bridge.ns.svc:8000"])
+    owners: list[tuple[str, bool]] = []
+    for i in range(1500):
+        owners += [
+            (f"http://b-{i}.bridge.ns.svc:8000", True),
+            (f"http://b-{i}.bridge.ns.svc:8001", False),
+            (f"http://b-{i}.bridge.ns.svc.evil.example:8000", False),
+            (f"http://user@b-{i}.bridge.ns.svc:8000", False),
+            (f"http://b-{i}.bridge.ns.svc:8000/mcp", False),
+            (f"http://b-{i}.bridge.ns.svc:80000", False),
+        ]
+    for round_ in range(3):
+        for owner, expected in owners[round_::2] + owners[::-1]:
+            assert peers.allows(owner) is expected, owner
