@@ -9,6 +9,7 @@ import time
 import httpx
 import jwt
 import pytest
+from starlette.responses import Response
 
 from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row, gym_data, mcp_client
 
@@ -227,3 +228,39 @@ async def test_metrics_count_calls_refusals_and_sessions(counter_bridge: BridgeP
     )
     assert metric(after.text, "gym_mcp_bridge_sessions_created_total") >= 1
     assert "gym_mcp_bridge_tool_call_seconds_bucket" in after.text
+
+
+def test_each_rest_answer_sets_its_own_sessions_cookie(counter_bridge: BridgeProcess) -> None:
+    """Every REST answer of a session sets the bridge cookie to that session's token, exactly as
+    Starlette's ``set_cookie`` renders it (the bridge renders it once per token); sessions called in
+    turn never get each other's, and a client that sends back only the last answer's cookie, as Gym's
+    simple_agent does, stays on its own session."""
+    seeds = [10, 20, 30]
+    tokens = [counter_bridge.seed(counter_row(n))["mcp"]["headers"][HEADER] for n in seeds]
+    expected = []
+    for token in tokens:
+        claims = claims_of(token)
+        rendered = Response()
+        rendered.set_cookie(
+            "gym_mcp_bridge_session",
+            token,
+            max_age=claims["exp"] - claims["iat"],
+            httponly=True,
+            samesite="lax",
+        )
+        expected.append(rendered.headers["set-cookie"])
+    kept: list[str] = [""] * len(tokens)
+    for turn in range(3):
+        for i, token in enumerate(tokens):
+            headers = {HEADER: token} if turn == 0 else {"cookie": kept[i]}
+            answer = httpx.post(
+                f"{counter_bridge.url}/increment_counter", json={"count": i + 1}, headers=headers
+            )
+            assert answer.status_code == 200, answer.text
+            ours = [
+                c for c in answer.headers.get_list("set-cookie") if c.startswith("gym_mcp_bridge_session=")
+            ]
+            assert ours == [expected[i]], (turn, i)
+            kept[i] = ours[0].split(";", 1)[0]
+    for i, token in enumerate(tokens):
+        assert counter(counter_bridge, token) == seeds[i] + 3 * (i + 1)
