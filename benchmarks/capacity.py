@@ -1,7 +1,8 @@
 """The bridge's own capacity: calls/s per bridge core and bridge CPU per call, in front of an upstream
 that costs next to nothing (``benchmarks/bare_upstream.py``), against nginx on the same upstream.
 
-    python -m benchmarks.capacity [--rounds 15] [--levels 1,16,64,256] [--quick] [--json FILE]
+    python -m benchmarks.capacity [--rounds 15] [--levels 1,16,64,256] [--quick] [--json FILE] [--plot FILE]
+    python -m benchmarks.capacity --from-json benchmarks/results/capacity.json [--plot FILE]
     make bench ARGS="capacity --rounds 15"
 
 Processes and cores (``taskset``): the bridge replicas and nginx on core 1 (the core under test), the
@@ -25,7 +26,8 @@ path (the order rotates each round), so load from other jobs hits every path ali
 (together on core 0) used >= 90 % of a core is flagged: it measured core 0, not the path. Correctness:
 every answer is checked, and after every run each session's counter is read back through its path
 and must equal its seed plus its increments, else the benchmark stops with exit 1. Nothing here
-asserts a time. The table and intervals: ``benchmarks/capacity_report.py``.
+asserts a time. The table, intervals and plot: ``benchmarks/capacity_report.py``; ``--from-json``
+renders them again from a saved run without running anything.
 """
 
 from __future__ import annotations
@@ -353,7 +355,11 @@ async def amain(args: argparse.Namespace) -> int:
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
         "cores": {"bridge, nginx": SERVER_CORE, "client, upstream": CLIENT_CORE},
-        "args": {k: v for k, v in vars(args).items() if k != "argv"} | {"json": str(args.json)},
+        "args": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in vars(args).items()
+            if k not in ("argv", "from_json")
+        },
         "correct": not error,
         "error": error,
         "summary": rows,
@@ -364,9 +370,25 @@ async def amain(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
         print(f"json: {args.json}")
+    _plot(report, args.plot)
     if error:
         print(f"benchmarks.capacity: FAILED: {error}", file=sys.stderr)
     return 0 if not error else 1
+
+
+def from_json(args: argparse.Namespace) -> int:
+    """The table and plot of a saved run, its summary computed again from its rounds."""
+    report = json.loads(args.from_json.read_text())
+    report["summary"] = capacity_report.summarize(report["runs"], report["args"]["seed"])
+    print(capacity_report.render(report))
+    _plot(report, args.plot)
+    return 0 if report["correct"] else 1
+
+
+def _plot(report: dict[str, Any], path: Path | None) -> None:
+    if path:
+        why_not = capacity_report.plot(report["summary"], path)
+        print(f"plot: {path}" if why_not is None else f"plot: not written: {why_not}")
 
 
 def _cpu_name() -> str:
@@ -398,6 +420,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size-calls", type=int, default=400, help="calls per run, 64 KiB workload")
     p.add_argument("--seed", type=int, default=1, help="bootstrap random seed")
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "capacity.json")
+    p.add_argument(
+        "--plot",
+        type=lambda text: Path(text) if text else None,
+        default=procs.ROOT / "docs" / "performance-capacity.png",
+        help="the plot's file; '' for none (--quick: none unless given)",
+    )
+    p.add_argument("--from-json", type=Path, help="render a saved run's table and plot; run nothing")
     p.add_argument("--silent", action="store_true", help="no per-run progress lines on stderr")
     p.add_argument("--quick", action="store_true", help="2 rounds, 1 and 16 sessions, 64 KiB at 1, few calls")
     args = p.parse_args(argv)
@@ -408,6 +437,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "size_levels": "1",
             "calls": 200,
             "size_calls": 40,
+            "plot": None,
         }.items():
             if getattr(args, key) == p.get_default(key):
                 setattr(args, key, value)
@@ -422,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # the command line as given, for the report (``benchmarks.run capacity`` passes it without that word)
     args.argv = sys.argv[1:] if argv is None else argv
+    if args.from_json:
+        return from_json(args)
     return uvloop.run(amain(args))
 
 

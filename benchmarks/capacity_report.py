@@ -1,5 +1,6 @@
 """The capacity benchmark's results: per-path medians over rounds, paired ratios within a round with a
-bootstrap 95 % interval (``summarize``), CPU per KB, the targets, and the table (``render``).
+bootstrap 95 % interval (``summarize``), CPU per KB, the targets, the table (``render``) and the plot
+(``plot``).
 
 ``benchmarks/capacity.py`` runs the paths and writes one run dict per (workload, sessions, path,
 round); this module only reads them.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 # Which processes do a path's work (the first is "the process under test" of the path).
@@ -53,6 +55,7 @@ def _paired(
 
 def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
     rng = random.Random(seed)
+    cpu_rng = random.Random(seed + 1)  # its own stream: the ratios' intervals stay as they were
     out: list[dict[str, Any]] = []
     keys = sorted({(r["workload"], r["sessions"]) for r in runs}, key=lambda k: (k[0] != "16B", k[1]))
     for workload, sessions in keys:
@@ -78,6 +81,9 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 "p50_ms": statistics.median(r["p50_ms"] for r in mine),
                 "p99_ms": statistics.median(r["p99_ms"] for r in mine),
                 "server_cpu_ms_per_call": server,
+                "server_cpu_ci": bootstrap([r["cpu_ms_per_call"].get(procs[0], 0.0) for r in mine], cpu_rng)
+                if procs
+                else None,
                 "all_bridge_cpu_ms_per_call": total if path == "fwd" else None,
                 "calls_per_s_per_server_core": 1e3 / server if server else None,
                 "cpu_ms_per_call": {p: cpu(p) for p in [*procs, "upstream", "client"]},
@@ -143,7 +149,7 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
                 cpu = row["server_cpu_ms_per_call"]
                 call = "MCP tools/call" if row is mcp else "forwarded call"
                 target = f"{what} <= {bound} ms per {call}, {sessions} sessions"
-                out.append((target, f"{cpu:.3f} ms", cpu <= bound))
+                out.append((target, _ci(row["server_cpu_ci"], ".3f") + " ms", cpu <= bound))
         if fwd and fwd["ratio_owner"]:
             ratio = fwd["ratio_owner"]
             out.append((f"forwarded >= 0.9 of owner, {sessions} sessions", _ci(ratio), ratio[0] >= 0.9))
@@ -162,6 +168,32 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
         out.append(
             ("p99 added <= 1 ms at 256 sessions (MCP owner over nginx)", _ci(added) + " ms", added[0] <= 1.0)
         )
+    return out
+
+
+def floors(rows: list[dict[str, Any]]) -> list[str]:
+    """What the same rounds say is reachable at all, with the bridge's HTTP stack doing no MCP work
+    (``asgi``) or nginx in the place of the bridge. Forwarded ÷ owner: both replicas share one core,
+    so it is at most owner CPU ÷ (owner CPU + non-owner CPU)."""
+    get = {(r["workload"], r["sessions"], r["path"]): r for r in rows}
+    out: list[str] = []
+    asgi1 = get.get(("16B", 1, "asgi"))
+    if asgi1 and asgi1["ratio_nginx"]:
+        out.append(f"owner ÷ nginx, 1 session: the HTTP stack alone (asgi) gets {_ci(asgi1['ratio_nginx'])}")
+    for sessions in sorted({r["sessions"] for r in rows if r["workload"] == "16B"}):
+        mcp, asgi, nginx = (get.get(("16B", sessions, p)) for p in ("mcp", "asgi", "nginx"))
+        if not (mcp and asgi and nginx):
+            continue
+        owner = mcp["server_cpu_ms_per_call"]
+        floor, best = asgi["server_cpu_ms_per_call"], nginx["server_cpu_ms_per_call"]
+        out.append(
+            f"{sessions:>3} sessions: non-owner CPU, the HTTP stack alone {floor:.3f} ms; fwd ÷ owner at most "
+            f"{owner / (owner + floor):.2f} with it as the non-owner, {owner / (owner + best):.2f} with nginx"
+        )
+    asgi256 = get.get(("16B", 256, "asgi"))
+    if asgi256 and asgi256["added_p99_ms_over_nginx"]:
+        added = _ci(asgi256["added_p99_ms_over_nginx"])
+        out.append(f"p99 added at 256 sessions: the HTTP stack alone (asgi) adds {added} ms over nginx")
     return out
 
 
@@ -209,6 +241,14 @@ def render(report: dict[str, Any]) -> str:
         lines += ["", "targets (reported, not asserted):"]
         for name, measured, met in checks:
             lines.append(f"  {name:<66} {measured:<24} {'met' if met else 'NOT met'}")
+    reachable = floors(rows)
+    if reachable:
+        lines += [
+            "",
+            "floors, same rounds (asgi = the bridge's HTTP stack with no MCP work; fwd ÷ owner: both replicas on",
+            "one core, so at most owner CPU ÷ (owner CPU + non-owner CPU)):",
+            *(f"  {line}" for line in reachable),
+        ]
     lines.append("")
     lines.append(
         "correctness: every answer checked, every counter read back exact after each run"
@@ -216,3 +256,66 @@ def render(report: dict[str, Any]) -> str:
         else f"correctness: FAILED: {report['error']}"
     )
     return "\n".join(lines)
+
+
+PLOTTED = ["nginx", "relay", "asgi", "rest", "mcp", "fwd"]
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
+    """The 16-byte workload against sessions, each point a median over rounds with its bootstrap 95 %
+    interval: CPU per call of the process under test, calls/s ÷ nginx in the same round, and p99.
+    None when written, else why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (make setup installs the dev group)"
+    small = [r for r in rows if r["workload"] == "16B"]
+    levels = sorted({r["sessions"] for r in small})
+    if not small:
+        return "no 16-byte rows to plot"
+    fig, (cpu, ratio, tail) = plt.subplots(1, 3, figsize=(15, 5.2), dpi=120)
+    xs = range(len(levels))
+    for color, name in enumerate(PLOTTED):
+        style = {"marker": "o", "color": f"C{color}", "label": LABELS[name]}
+        found = {r["sessions"]: r for r in small if r["path"] == name}
+        if not found:
+            continue
+        at = [i for i, n in enumerate(levels) if n in found]
+        points = [found[levels[i]] for i in at]
+        cis = [r["server_cpu_ci"] or (r["server_cpu_ms_per_call"],) * 3 for r in points]
+        cpu.errorbar(at, *_bars(cis), capsize=3, **style)
+        if name != "nginx":
+            ratio.errorbar(at, *_bars([r["ratio_nginx"] for r in points]), capsize=3, **style)
+        tail.plot(at, [r["p99_ms"] for r in points], **style)
+    cpu.axhline(0.25, color="grey", linestyle="--", linewidth=1)
+    cpu.axhline(0.15, color="grey", linestyle=":", linewidth=1)
+    cpu.set_ylabel("CPU ms per call, process under test\n(target: -- MCP owner 0.25, ·· non-owner 0.15)")
+    cpu.set_title("CPU per call (fwd: the non-owner)")
+    ratio.axhline(0.9, color="grey", linestyle="--", linewidth=1)
+    ratio.set_ylabel("calls/s ÷ nginx, same round (target -- 0.9)")
+    ratio.set_title("Throughput against nginx")
+    tail.set_yscale("log")
+    tail.set_ylabel("p99 ms (log)")
+    tail.set_title("p99 latency, closed loop")
+    for ax in (cpu, ratio, tail):
+        ax.set_xticks(list(xs), [str(n) for n in levels])
+        ax.set_xlabel("concurrent sessions (one call in flight each)")
+        ax.grid(True, alpha=0.3)
+    cpu.set_ylim(bottom=0)
+    ratio.set_ylim(bottom=0)
+    handles, labels = cpu.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def _bars(cis: list[Any]) -> tuple[list[float], list[list[float]]]:
+    """Medians and matplotlib's asymmetric error bars from (median, low, high) triples."""
+    medians = [c[0] for c in cis]
+    return medians, [[c[0] - c[1] for c in cis], [c[2] - c[0] for c in cis]]

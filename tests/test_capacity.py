@@ -119,15 +119,27 @@ def test_bare_upstream_answers_as_gyms_counter_server(bare_upstream: str, tmp_pa
 @pytest.mark.timeout(420)
 def test_capacity_quick(tmp_path: Path) -> None:
     """Two rounds at 1 and 16 sessions and the 64 KiB workload at 1: every path gives a figure and
-    an interval, every counter reads back exact after every run, the JSON has its fields."""
+    an interval, every counter reads back exact after every run, the JSON has its fields, the plot
+    is written, and ``--from-json`` renders the same table again from the saved rounds."""
     if not NGINX.exists():
         if os.environ.get("CI") == "true":  # a green CI must have run it: .ci/run installs nginx
             pytest.fail(f"{NGINX} is missing under CI=true: scripts/setup-nginx.sh installs it")
         pytest.skip(f"{NGINX} is missing: run scripts/setup-nginx.sh")
-    out = tmp_path / "capacity.json"
+    out, plot = tmp_path / "capacity.json", tmp_path / "capacity.png"
     argv = ["--rounds", "2", "--levels", "1,16", "--size-levels", "1", "--calls", "64", "--size-calls", "8"]
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "capacity", *argv, "--silent", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "capacity",
+            *argv,
+            "--silent",
+            "--json",
+            str(out),
+            "--plot",
+            str(plot),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -150,6 +162,8 @@ def test_capacity_quick(tmp_path: Path) -> None:
         assert row["client_busy"] > 0 and row["upstream_busy"] > 0
         if path != "direct":
             assert row["server_cpu_ms_per_call"] > 0 and row["calls_per_s_per_server_core"] > 0
+            median, low, high = row["server_cpu_ci"]
+            assert median == row["server_cpu_ms_per_call"] and 0 < low <= median <= high
             assert len(row["added_p99_ms_over_direct"]) == 3
         if path not in ("direct", "nginx"):
             median, low, high = row["ratio_nginx"]
@@ -159,6 +173,17 @@ def test_capacity_quick(tmp_path: Path) -> None:
         if workload == "64KB":
             assert set(row["us_per_kb"]) == set(row["cpu_ms_per_call"])
     assert "targets (reported, not asserted):" in run.stdout
+    assert "floors, same rounds" in run.stdout and "with nginx" in run.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = subprocess.run(
+        [sys.executable, "-m", "benchmarks.capacity", "--from-json", str(out), "--plot", ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == run.stdout.split("\njson: ")[0] + "\n"
 
 
 @pytest.mark.timeout(300)
