@@ -8,6 +8,7 @@ by another replica: inside the peers, the HTTP layer relays the request there
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -108,19 +109,13 @@ class Peers:
 
     def __init__(self, patterns: list[str]) -> None:
         self.patterns = parse_peers(patterns)
-        self._verdicts: dict[str, bool] = {}  # owner -> allows(owner); the patterns never change
+        # Every forwarded call asks about the same few owners: each verdict is remembered (an owner
+        # comes from a token signed with the shared key; the patterns never change).
+        self._remembered = functools.lru_cache(maxsize=_VERDICTS)(self._judge)
 
     def allows(self, owner: str) -> bool:
-        """Whether ``owner`` is a plain base URL (no credentials, path, query) matching a pattern.
-        Every forwarded call asks about the same few owners, so each verdict is remembered (at most
-        ``_VERDICTS`` of them: an owner comes from a token signed with the shared key)."""
-        verdict = self._verdicts.get(owner)
-        if verdict is None:
-            verdict = self._judge(owner)
-            if len(self._verdicts) >= _VERDICTS:
-                self._verdicts.clear()
-            self._verdicts[owner] = verdict
-        return verdict
+        """Whether ``owner`` is a plain base URL (no credentials, path, query) matching a pattern."""
+        return self._remembered(owner)
 
     def _judge(self, owner: str) -> bool:
         try:

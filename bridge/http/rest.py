@@ -13,6 +13,7 @@ that replica and answered with its response (``forwarding``).
 
 from __future__ import annotations
 
+import functools
 import hmac
 from http.cookies import SimpleCookie
 from typing import Any
@@ -69,7 +70,7 @@ class RestSurface:
     def __init__(self, bridge: Bridge, forwarding: Forwarding | None = None) -> None:
         self.bridge = bridge
         self.forwarding = forwarding or Forwarding.of(bridge)
-        self._cookies: dict[str, tuple[bytes, bytes]] = {}  # token -> its Set-Cookie header (tool calls)
+        self._remembered_cookie = functools.lru_cache(maxsize=_COOKIES)(self._session_cookie)
 
     def routes(self) -> list[Route]:
         return [
@@ -145,27 +146,25 @@ class RestSurface:
     def _with_session_cookie(self, out: Response, session: Session, remember: bool = False) -> Response:
         """Set the bridge's session cookie on every answer of a session, as Gym re-sends its own:
         Gym's clients keep only the cookies of the last answer (simple_agent does), and without it
-        their next call would reach the bridge with no session. The header is Starlette's
-        ``set_cookie`` rendering (≈ 11 µs, a twentieth of a REST call); a tool call's answer
-        (``remember``) keeps it for the session's next calls, at most ``_COOKIES`` of them, so a
-        seeded session that sits idle holds none."""
-        header = self._cookies.get(session.token)
-        if header is None:
-            rendered = Response()
-            rendered.set_cookie(
-                BRIDGE_COOKIE,
-                session.token,
-                max_age=int(self.bridge.settings.session_ttl_s),
-                httponly=True,
-                samesite="lax",
-            )
-            header = rendered.raw_headers[-1]
-            if remember:
-                if len(self._cookies) >= _COOKIES:
-                    self._cookies.clear()
-                self._cookies[session.token] = header
-        out.raw_headers.append(header)
+        their next call would reach the bridge with no session. Rendering it costs ≈ 11 µs, a
+        twentieth of a REST call: a tool call's answer (``remember``) keeps it for the session's
+        next calls, at most ``_COOKIES`` of them, so a seeded session that sits idle holds none."""
+        render = self._remembered_cookie if remember else self._session_cookie
+        out.raw_headers.append(render(session.token))
         return out
+
+    def _session_cookie(self, token: str) -> tuple[bytes, bytes]:
+        """The ``Set-Cookie`` header of a session's token, as Starlette's ``set_cookie`` renders it
+        (the same bytes every time: the value and ``Max-Age`` never change for a token)."""
+        rendered = Response()
+        rendered.set_cookie(
+            BRIDGE_COOKIE,
+            token,
+            max_age=int(self.bridge.settings.session_ttl_s),
+            httponly=True,
+            samesite="lax",
+        )
+        return rendered.raw_headers[-1]
 
     async def tool(self, request: Request) -> Response:
         return await self._run(request, self._tool)
