@@ -16,7 +16,8 @@ For each environment of the Gym environment's ``resources_servers`` that ships
    rollouts that scored natively whose bridged reward equals the native one. A Gymnasium server
    (``/reset`` + ``/step``, no ``/verify``) is replayed the way Gym's ``gymnasium_agent`` drives it.
 
-The table goes to ``--out`` (Markdown) with the date, machine and command.
+The table goes to ``--out`` (Markdown) with the date, machine and command; what each environment's
+result holds and how it reads (the reasons in a user's words, the table) is ``benchmarks/sweep_report.py``.
 """
 
 from __future__ import annotations
@@ -24,16 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import os
-import platform
-import re
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,15 @@ import httpx
 
 from benchmarks import procs
 from benchmarks.procs import free_port
+from benchmarks.sweep_report import (
+    EnvResult,
+    markdown,
+    parity_text,
+    run_facts,
+    short,
+    user_reason,
+    verify_reason,
+)
 from bridge.commands import replay
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,42 +55,6 @@ GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
 SECRET = "sweep-secret-0123456789abcdef0123456789"
 MAX_ROLLOUTS = 10
 ROLLOUT_TIMEOUT_S = 90.0
-
-
-# Why an environment does not start, where the one-line error does not say it all: each checked
-# by hand against Gym's own code and this machine (the date is in docs/compatibility.md).
-CHECKED = {
-    "code_fim": "Gym's own runner installs its `pyproject.toml` with `--no-sources`, so it gets PyPI's "
-    "`human-eval-infilling` 2.15.0, which holds no `human_eval_infilling` module; the package it needs "
-    "is a GitHub checkout (`tool.uv.sources`), and GitHub is not reachable here. Gym fails the same way.",
-    "vlm_eval_kit": "`setup_webserver` runs a shell script (`/bin/sh`, where `source` is no command: "
-    "the exit 127) that activates `.venv`, which only `ng_run` creates, and runs `git clone "
-    "https://github.com/open-compass/VLMEvalKit`: GitHub is not reachable here (`Could not resolve host`).",
-    "xstest": "`setup_webserver` waits, every 10 s and without end, for its judge model server "
-    "(`allenai/wildguard` on vLLM, a GPU); no model is reachable here, so it never listens.",
-    "bigcodebench": "at startup it builds a Python 3.10 venv with `uv venv --python 3.10` (uv finds only "
-    "pyenv's inactive `python3.10` shim here) and then `pip install -r "
-    "https://raw.githubusercontent.com/bigcode-project/bigcodebench/main/Requirements/requirements-eval.txt`"
-    ": with pyenv's 3.10.13 put first on `PATH` it gets that far and stops there (GitHub is not reachable).",
-    "gymnasium": "not a server: the `GymnasiumServer` base class the Gymnasium environments build on "
-    "(its README: 'Not a standalone server').",
-}
-
-
-@dataclass
-class EnvResult:
-    env: str
-    started: bool = False
-    why: str = ""  # why it did not start, in a user's words
-    tools: int = 0
-    rollouts: int = 0
-    native_scored: int = 0  # rollouts that got a reward natively
-    parity: int = 0  # of those, bridged reward == native reward
-    note: str = ""  # e.g. why rollouts did not score natively
-    source: str = ""  # where the replayed cases come from, when not the shipped rollouts' rows
-    native_error: str = ""  # the first native replay error, as it came
-    start_s: float = 0.0
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
 
 def gym_root() -> Path:
@@ -95,44 +66,6 @@ def gym_root() -> Path:
 
 def bundled_envs() -> list[str]:
     return sorted(d.name for d in gym_root().iterdir() if (d / "data" / "example.jsonl").is_file())
-
-
-def user_reason(log: str) -> str:
-    """Why a start failed, in a user's words, from the bridge's log."""
-    lines = [line for line in log.splitlines() if line.strip()]
-    text = "\n".join(lines)
-    error = next((line for line in reversed(lines) if "gym-mcp-bridge:" in line), "")
-    detail = error.split("gym-mcp-bridge: ", 1)[-1].split("; last log lines:")[0]
-    if lines and "last log lines" in error:  # the child's own last words say why
-        detail = f"{detail}: {lines[-1].strip().removeprefix('upstream_boot: ')}"
-    checks = [
-        (
-            r"cannot install .*(Could not resolve host|git\+|github\.com)",
-            "needs network (a requirement is fetched from GitHub)",
-        ),
-        (r"cannot install", "a requirement cannot be installed here"),
-        (r"needs the config value '([^']*(api_key|token)[^']*)'", "needs an API key ({0})"),
-        (r"needs the config value '([^']+)'", "needs a config value ({0})"),
-        (r"(?i)cuda|nvidia-smi|no gpu|gpu", "needs a GPU"),
-        (
-            r"(?i)(Could not resolve host|Temporary failure in name resolution|huggingface\.co|ConnectError|Name or service not known)",
-            "needs network",
-        ),
-        (r"(?i)(docker|podman|apptainer|singularity)", "needs a container runtime"),
-        (r"(?i)sandbox", "needs a code sandbox service"),
-        (r"(?i)(No such file or directory|FileNotFoundError)", "needs data files not shipped in the wheel"),
-    ]
-    for pattern, words in checks:
-        found = re.search(pattern, text)
-        if found:
-            reason = words.format(*(g for g in found.groups() if g)) if "{0}" in words else words
-            return f"{reason}: {_short(detail or found.group(0))}"
-    return _short(detail) or "did not start (see the bridge log)"
-
-
-def _short(text: str, limit: int = 220) -> str:
-    text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def start_bridge(
@@ -187,7 +120,7 @@ def cases_of(env: str) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], str
         rows = replay.load_jsonl(data / "example.jsonl")
         records = [r for r in replay.load_jsonl(path)[:MAX_ROLLOUTS] if isinstance(r.get("response"), dict)]
     except ValueError as exc:  # e.g. a file of "<PLACEHOLDER ROW>" lines
-        return [], f"the shipped data is not JSON Lines ({_short(str(exc), 80)})"
+        return [], f"the shipped data is not JSON Lines ({short(str(exc), 80)})"
     joined = [(replay.join_row(record, rows)[0], record) for record in records]
     unjoined = sum(row is None for row, _ in joined)
     if records and unjoined == len(records) and all(isinstance(r.get("ground_truth"), list) for r in rows):
@@ -323,7 +256,7 @@ async def score(url: str, env: str, result: EnvResult) -> None:
                 bridged = replay._reward(verdict)
         except Exception as exc:
             result.mismatches.append(
-                {"rollout": index, "native": native, "bridge": None, "error": _short(str(exc))}
+                {"rollout": index, "native": native, "bridge": None, "error": short(str(exc))}
             )
             continue
         if bridged is not None and abs(bridged - native) <= 1e-9:
@@ -332,7 +265,7 @@ async def score(url: str, env: str, result: EnvResult) -> None:
             result.mismatches.append({"rollout": index, "native": native, "bridge": bridged})
     if native_errors:
         result.native_error = native_errors[0][:1000]
-        result.note = _verify_reason(native_errors[0], result.source)
+        result.note = verify_reason(native_errors[0], result.source)
 
 
 def _native_error(exc: Exception) -> str:
@@ -341,25 +274,6 @@ def _native_error(exc: Exception) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer within {ROLLOUT_TIMEOUT_S:g}s"
     return f"{type(exc).__name__}: {exc}"
-
-
-def _verify_reason(error: str, source: str = "") -> str:
-    lowered = error.lower()
-    if error.startswith("not reproducible"):
-        return f"Gym's own rewards are {error}"
-    if "rows not in example.jsonl" in source and not error.startswith("HTTP 5"):
-        return f"{source}, and Gym refuses the records themselves as rows: {_short(error, 160)}"
-    if "configkeyerror" in lowered or "missing key" in lowered:  # asks the config for a model server
-        return f"scoring needs a model (a judge or policy model server): {_short(error, 160)}"
-    if any(
-        word in lowered for word in ("judge", "model", "policy", "responses_api_models", "/v1/", "openai")
-    ):
-        return f"scoring needs a model: {_short(error, 160)}"
-    if any(word in lowered for word in ("connect", "resolve host", "name resolution", "network")):
-        return f"scoring needs network or a service: {_short(error, 160)}"
-    if "sandbox" in lowered:
-        return f"scoring needs a code sandbox service: {_short(error, 160)}"
-    return f"does not score natively: {_short(error, 160)}"
 
 
 def sweep_one(env: str, log_dir: Path, budget_s: float) -> EnvResult:
@@ -374,73 +288,10 @@ def sweep_one(env: str, log_dir: Path, budget_s: float) -> EnvResult:
     try:
         asyncio.run(score(f"http://127.0.0.1:{port}", env, result))
     except Exception as exc:
-        result.note = f"sweep error: {_short(f'{type(exc).__name__}: {exc}')}"
+        result.note = f"sweep error: {short(f'{type(exc).__name__}: {exc}')}"
     finally:
         stop(proc)
     return result
-
-
-def parity_text(r: EnvResult) -> str:
-    if not r.started:
-        return "-"
-    if r.rollouts == 0:
-        return f"no rollouts shipped ({r.source})" if r.source else "no rollouts shipped"
-    if r.native_scored == 0:
-        return f"0/0 ({r.note or 'no rollout scored natively'})"
-    text = f"{r.parity}/{r.native_scored}"
-    notes = [r.source] if r.source and r.source.startswith("the rows'") else []
-    if r.native_scored < r.rollouts:
-        notes.append(f"{r.rollouts - r.native_scored} of {r.rollouts} did not score natively: {r.note}")
-    return f"{text} ({'; '.join(notes)})" if notes else text
-
-
-def markdown(results: list[EnvResult], command: str, elapsed_s: float) -> str:
-    started = [r for r in results if r.started]
-    scoring = [r for r in started if r.native_scored]
-    full = [r for r in scoring if r.parity == r.native_scored]
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    cpus = os.cpu_count()
-    memory = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        memory = f", {kib / 1024 / 1024:.0f} GB RAM"
-    gym_version = procs.gym_version(GYM_PYTHON)
-    lines = [
-        "# Compatibility: every bundled Gym environment behind the bridge",
-        "",
-        "Generated by `make sweep` (`python -m benchmarks.sweep`); do not edit by hand. Each environment of",
-        f"the nemo-gym {gym_version} wheel that ships `data/example.jsonl` is started by name in managed mode",
-        "(`gym-mcp-bridge serve --resources-server <env>`: its own environment from its `requirements.txt`, its",
-        "directory as working directory, its config resolved), then each shipped rollout",
-        "(`data/example_rollouts.jsonl`, joined with its row from `example.jsonl`) is replayed natively",
-        "(straight to the upstream over Gym's HTTP, or its own `/mcp` for an MCP-native server) and bridged",
-        "(seed, MCP `tools/call` with the official SDK client, `/verify` through the bridge) against the same",
-        "upstream. *Parity* counts the rollouts that scored natively whose bridged reward equals the native one.",
-        "Where no shipped rollout belongs to a shipped row but the rows carry `ground_truth` actions, those",
-        "actions are replayed instead. A Gymnasium server (`GymnasiumServer`: `/reset` and `/step`, no",
-        "`/verify`) is scored as Gym's `gymnasium_agent` scores it: `/reset`, then `/step` with each recorded",
-        "model turn, rewards summed; natively twice (an environment whose rewards differ between the two is",
-        "not reproducible, so no parity is claimed for it), and bridged with `reset` and `step` as MCP tools.",
-        "",
-        f"- Date: {date}; machine: {platform.machine()}, {cpus} cores{memory}, {platform.system()} "
-        f"{platform.release()}; no GPU; network: package registries only; no model",
-        f"- Command: `{command}` ({elapsed_s / 60:.0f} min)",
-        f"- Started: **{len(started)}/{len(results)}**; scored natively: {len(scoring)}; full parity: "
-        f"**{len(full)}/{len(scoring)}** environments, "
-        f"{sum(r.parity for r in scoring)}/{sum(r.native_scored for r in scoring)} rollouts",
-        "",
-        "| environment | started | tools | reward parity (bridged = native) |",
-        "|---|---|---|---|",
-    ]
-    for r in results:
-        state = f"yes ({r.start_s:.0f} s)" if r.started else f"no: {r.why}"
-        lines.append(f"| `{r.env}` | {state} | {r.tools if r.started else '-'} | {parity_text(r)} |")
-    checked = [r.env for r in results if not r.started and r.env in CHECKED]
-    if checked:
-        lines += ["", "## Not started, checked by hand", ""]
-        lines += [f"- `{env}`: {CHECKED[env]}" for env in checked]
-    lines.append("")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -457,14 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         results = [EnvResult(**r) for r in saved["results"]]
         for r in results:
             if r.native_error:
-                r.note = _verify_reason(r.native_error, r.source)
+                r.note = verify_reason(r.native_error, r.source)
         if args.out:
-            args.out.write_text(markdown(results, saved["command"], saved["elapsed_s"]))
+            args.out.write_text(markdown(results, saved))
         return 0
     args.log_dir.mkdir(parents=True, exist_ok=True)
     envs = args.envs or bundled_envs()
     began = time.monotonic()
     command = "make sweep" if not args.envs else f"python -m benchmarks.sweep {' '.join(args.envs)}"
+    gym_version = procs.gym_version(GYM_PYTHON)
     results = []
     for number, env in enumerate(envs, 1):
         result = sweep_one(env, args.log_dir, args.budget_s)
@@ -476,13 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.json:
             saved = {
-                "command": command,
-                "elapsed_s": time.monotonic() - began,
+                **run_facts(command, time.monotonic() - began, gym_version),
                 "results": [asdict(r) for r in results],
             }
             args.json.write_text(json.dumps(saved, indent=2))
     if args.out:
-        args.out.write_text(markdown(results, command, time.monotonic() - began))
+        args.out.write_text(markdown(results, run_facts(command, time.monotonic() - began, gym_version)))
     broken = [r for r in results if r.started and r.native_scored and r.parity != r.native_scored]
     return 1 if broken else 0
 

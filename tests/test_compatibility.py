@@ -23,15 +23,16 @@ import httpx
 import pytest
 
 from benchmarks import sweep
+from benchmarks.sweep_report import EnvResult
 from bridge.commands import replay
 from bridge.upstream import envs as gym_envs
-from tests.conftest import BOOT, GYM_PYTHON, GYM_SITE, HEADER, BridgeProcess, gym_data, mcp_client
+from tests.conftest import BOOT, GYM_PYTHON, GYM_SITE, HEADER, ROOT, BridgeProcess, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio
 
 
-async def _parity(bridge: BridgeProcess, env: str) -> sweep.EnvResult:
-    result = sweep.EnvResult(env, started=True)
+async def _parity(bridge: BridgeProcess, env: str) -> EnvResult:
+    result = EnvResult(env, started=True)
     await sweep.score(bridge.url, env, result)
     return result
 
@@ -154,6 +155,16 @@ def test_unjoined_rollouts_fall_back_to_the_rows_ground_truth() -> None:
             for a in row["ground_truth"]
         ]
         assert calls == expected
+
+
+def test_the_published_table_is_its_runs_json_rendered(tmp_path: Path) -> None:
+    """docs/compatibility.md is what ``make sweep`` wrote; ``--render`` of the run's JSON must give it
+    back byte for byte, date and machine included (they are the run's, kept in the JSON), so the
+    table cannot drift from the run it reports nor be edited by hand."""
+    out = tmp_path / "compatibility.md"
+    results = ROOT / "benchmarks" / "results" / "sweep.json"
+    assert sweep.main(["--render", str(results), "--out", str(out)]) == 0
+    assert out.read_text() == (ROOT / "docs" / "compatibility.md").read_text()
 
 
 def _boot_resolve(spec: str, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
