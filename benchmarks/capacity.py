@@ -10,11 +10,13 @@ bare upstream and this client on core 0. Paths (``PATHS``), each one keep-alive 
 one call at a time per session, every session at once:
 
 * ``direct``: ``POST /<tool>`` to the bare upstream with the session cookie (what core 0 can drive);
-* ``nginx``: the same through nginx (Debian's, ``scripts/setup-nginx.sh``), a plain keep-alive
-  reverse proxy, one process (the floor of any second process on the path);
-* ``relay`` and ``asgi``: the floors of a second process in Python (``benchmarks/relay.py``): bytes
-  copied both ways on uvloop with no HTTP parsing, and the bridge's own HTTP stack (uvicorn, its
-  protocol, its upstream pool) relaying each request with none of the bridge's MCP work;
+* ``nginx``: the same through nginx (Debian's, ``scripts/setup-nginx.sh``; ``benchmarks/nginx.py``), a
+  plain keep-alive reverse proxy, one process (the floor of any second process on the path);
+* ``relay``, ``splice`` and ``asgi``: the floors of a second process in Python
+  (``benchmarks/relay.py``): bytes copied both ways on uvloop with no HTTP parsing; each request
+  parsed by httptools and relayed over the bridge's upstream pool below any ASGI cycle (the least a
+  forwarder below ASGI costs); and the bridge's own HTTP stack (uvicorn, its protocol, its upstream
+  pool) relaying each request with none of the bridge's MCP work;
 * ``rest``: ``POST /<tool>`` to the bridge with the session token (Gym's REST surface);
 * ``mcp``: a stateless ``tools/call`` on ``/mcp`` to the bridge that owns the session;
 * ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1).
@@ -38,8 +40,8 @@ import datetime as dt
 import itertools
 import json
 import os
+import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,39 +51,14 @@ from typing import Any
 
 import orjson
 
-from benchmarks import capacity_report, procs, raw_http
+from benchmarks import capacity_report, nginx, procs, raw_http
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
-PATHS = ["direct", "nginx", "relay", "asgi", "rest", "mcp", "fwd"]
-FLOORS = ("direct", "nginx", "relay", "asgi")  # paths that carry the upstream's cookie, not a token
-NGINX = Path("/usr/sbin/nginx")
+PATHS = ["direct", "nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd"]
+FLOORS = ("direct", "nginx", "relay", "splice", "asgi")  # paths that carry the upstream's cookie, not a token
 CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
-NGINX_CONF = """daemon off;
-master_process off;
-error_log {dir}/error.log warn;
-pid {dir}/nginx.pid;
-events {{ worker_connections 8192; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
-    keepalive_requests 1000000;
-    client_body_buffer_size 128k;
-    proxy_buffer_size 16k;
-    proxy_buffers 8 16k;
-    upstream bare {{ server {upstream}; keepalive 512; keepalive_requests 1000000; }}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://bare;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }}
-    }}
-}}
-"""
 
 
 @dataclass
@@ -124,8 +101,8 @@ class Capacity:
         pin = ["taskset", "-c"]
         self.procs["upstream"] = up = procs.start_bare_upstream(self.workdir, [*pin, str(CLIENT_CORE)])
         if "nginx" in paths:
-            self.procs["nginx"] = self._nginx(up.url)
-        for mode, name in (("bytes", "relay"), ("asgi", "asgi")):
+            self.procs["nginx"] = nginx.start(self.workdir, up.url, SERVER_CORE)
+        for mode, name in (("bytes", "relay"), ("splice", "splice"), ("asgi", "asgi")):
             if name in paths:
                 self.procs[name] = relay = procs.start_relay(self.workdir, up.url, mode)
                 for task in Path(f"/proc/{relay.pid}/task").iterdir():
@@ -141,38 +118,6 @@ class Capacity:
             procs.BRIDGE = saved
         os.sched_setaffinity(0, {CLIENT_CORE})
         self.log("capacity: " + ", ".join(f"{n} {p.url} (pid {p.pid})" for n, p in self.procs.items()))
-
-    def _nginx(self, upstream_url: str) -> Proc:
-        if not NGINX.exists():
-            raise BenchError(f"{NGINX} is missing: run scripts/setup-nginx.sh (Debian's nginx-light)")
-        home = self.workdir / "nginx"
-        home.mkdir()
-        port = procs.free_port()
-        conf = home / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(dir=home, upstream=upstream_url.removeprefix("http://"), port=port))
-        argv = [
-            "taskset",
-            "-c",
-            str(SERVER_CORE),
-            str(NGINX),
-            "-p",
-            str(home),
-            "-c",
-            str(conf),
-            "-e",
-            str(home / "error.log"),
-        ]
-        proc = procs._spawn("nginx", argv, self.workdir)
-        proc.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while procs.http_status(f"{proc.url}/openapi.json") != 200:
-            if not proc.alive() or time.monotonic() > deadline:
-                proc.stop()
-                raise BenchError(
-                    f"nginx did not serve:\n{proc.log_tail()}\n{(home / 'error.log').read_text()}"
-                )
-            time.sleep(0.05)
-        return proc
 
     def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):
@@ -351,7 +296,12 @@ async def amain(args: argparse.Namespace) -> int:
     report = {
         "when_utc": when.isoformat(),
         "command": "python -m benchmarks.capacity " + " ".join(args.argv),
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "nginx": _nginx_version()},
+        "machine": {
+            "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
+            "kernel": platform.release(),
+            "nginx": nginx.version(),
+        },
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
         "cores": {"bridge, nginx": SERVER_CORE, "client, upstream": CLIENT_CORE},
@@ -396,13 +346,6 @@ def _cpu_name() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return "unknown"
-
-
-def _nginx_version() -> str | None:
-    if not NGINX.exists():
-        return None
-    out = subprocess.run([str(NGINX), "-v"], capture_output=True, text=True, check=False)
-    return (out.stderr or out.stdout).strip()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

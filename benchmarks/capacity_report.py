@@ -19,6 +19,7 @@ PATH_PROCS = {
     "direct": [],
     "nginx": ["nginx"],
     "relay": ["relay"],
+    "splice": ["splice"],
     "asgi": ["asgi"],
     "rest": ["owner"],
     "mcp": ["owner"],
@@ -28,6 +29,7 @@ LABELS = {
     "direct": "direct to the bare upstream",
     "nginx": "nginx keep-alive proxy (floor)",
     "relay": "Python byte relay (floor)",
+    "splice": "Python relay below ASGI (floor)",
     "asgi": "bridge HTTP stack, no MCP work",
     "rest": "bridge REST POST /<tool>",
     "mcp": "bridge MCP tools/call (owner)",
@@ -172,37 +174,49 @@ def targets(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
 
 
 def floors(rows: list[dict[str, Any]]) -> list[str]:
-    """What the same rounds say is reachable at all, with the bridge's HTTP stack doing no MCP work
-    (``asgi``) or nginx in the place of the bridge. Forwarded ÷ owner: both replicas share one core,
-    so it is at most owner CPU ÷ (owner CPU + non-owner CPU)."""
+    """What the same rounds say is reachable at all, with a Python relay doing no MCP work in the
+    bridge's place -- below any ASGI cycle (``splice``) or on the bridge's HTTP stack (``asgi``) --
+    or nginx. Forwarded ÷ owner: both replicas share one core, so it is at most owner CPU ÷ (owner
+    CPU + non-owner CPU)."""
     get = {(r["workload"], r["sessions"], r["path"]): r for r in rows}
     out: list[str] = []
-    asgi1 = get.get(("16B", 1, "asgi"))
-    if asgi1 and asgi1["ratio_nginx"]:
-        out.append(f"owner ÷ nginx, 1 session: the HTTP stack alone (asgi) gets {_ci(asgi1['ratio_nginx'])}")
+    stacks = [("splice", "below ASGI (splice)"), ("asgi", "the HTTP stack alone (asgi)")]
+    ratios = [
+        f"{name} gets {_ci(row['ratio_nginx'])}" for p, name in stacks if (row := get.get(("16B", 1, p)))
+    ]
+    if ratios:
+        out.append("owner ÷ nginx, 1 session: " + "; ".join(ratios))
     for sessions in sorted({r["sessions"] for r in rows if r["workload"] == "16B"}):
-        mcp, asgi, nginx = (get.get(("16B", sessions, p)) for p in ("mcp", "asgi", "nginx"))
-        if not (mcp and asgi and nginx):
+        mcp, nginx = get.get(("16B", sessions, "mcp")), get.get(("16B", sessions, "nginx"))
+        here = [
+            (p, get[("16B", sessions, p)]["server_cpu_ms_per_call"])
+            for p, _ in stacks
+            if ("16B", sessions, p) in get
+        ]
+        if not (mcp and nginx and here):
             continue
         owner = mcp["server_cpu_ms_per_call"]
-        floor, best = asgi["server_cpu_ms_per_call"], nginx["server_cpu_ms_per_call"]
-        out.append(
-            f"{sessions:>3} sessions: non-owner CPU, the HTTP stack alone {floor:.3f} ms; fwd ÷ owner at most "
-            f"{owner / (owner + floor):.2f} with it as the non-owner, {owner / (owner + best):.2f} with nginx"
-        )
-    asgi256 = get.get(("16B", 256, "asgi"))
-    if asgi256 and asgi256["added_p99_ms_over_nginx"]:
-        added = _ci(asgi256["added_p99_ms_over_nginx"])
-        out.append(f"p99 added at 256 sessions: the HTTP stack alone (asgi) adds {added} ms over nginx")
+        here.append(("nginx", nginx["server_cpu_ms_per_call"]))
+        cpu = ", ".join(f"{p} {ms:.3f}" for p, ms in here[:-1])
+        bound = ", ".join(f"{owner / (owner + ms):.2f} with {p}" for p, ms in here)
+        out.append(f"{sessions:>3} sessions: non-owner CPU at least {cpu} ms; fwd ÷ owner at most {bound}")
+    added = [
+        f"{p} adds {_ci(row['added_p99_ms_over_nginx'])} ms"
+        for p, _ in stacks
+        if (row := get.get(("16B", 256, p))) and row["added_p99_ms_over_nginx"]
+    ]
+    if added:
+        out.append("p99 added over nginx at 256 sessions: " + "; ".join(added))
     return out
 
 
 def render(report: dict[str, Any]) -> str:
-    rows = report["summary"]
+    rows, machine = report["summary"], report["machine"]
+    kernel = f", Linux {machine['kernel']}" if machine.get("kernel") else ""
     load0, load1 = report["loadavg_at_start"], report["loadavg_at_end"]
     lines = [
-        f"gym-mcp-bridge capacity, {report['when_utc'][:16]} UTC, {report['machine']['cpu']} x{report['machine']['cores']}, "
-        f"{report['machine']['nginx']}; load avg at start {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
+        f"gym-mcp-bridge capacity, {report['when_utc'][:16]} UTC, {machine['cpu']} x{machine['cores']}{kernel}, "
+        f"{machine['nginx']}; load avg at start {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f}, "
         f"at end {load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f}",
         "bridge replicas and nginx on core 1; bare upstream and client on core 0. Medians over interleaved rounds;",
         "[a,b] = bootstrap 95 % interval of the median of per-round ratios; CPU in ms per call of the process under",
@@ -245,8 +259,8 @@ def render(report: dict[str, Any]) -> str:
     if reachable:
         lines += [
             "",
-            "floors, same rounds (asgi = the bridge's HTTP stack with no MCP work; fwd ÷ owner: both replicas on",
-            "one core, so at most owner CPU ÷ (owner CPU + non-owner CPU)):",
+            "floors, same rounds (a Python relay with no MCP work: splice = HTTP parsed below ASGI, asgi = the bridge's",
+            "HTTP stack; fwd ÷ owner: both replicas on one core, so at most owner CPU ÷ (owner CPU + non-owner CPU)):",
             *(f"  {line}" for line in reachable),
         ]
     lines.append("")
@@ -258,7 +272,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-PLOTTED = ["nginx", "relay", "asgi", "rest", "mcp", "fwd"]
+PLOTTED = ["nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd"]
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> str | None:

@@ -143,9 +143,9 @@ def start_bare_upstream(workdir: Path, pin: list[str] | None = None) -> Proc:
 
 
 def start_relay(workdir: Path, target_url: str, mode: str = "bytes", timeout: float = 60) -> Proc:
-    """``benchmarks/relay.py`` in front of ``target_url``, the hops benchmark's controls: ``bytes``
-    (process ``relay``) copies bytes, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no
-    MCP work."""
+    """``benchmarks/relay.py`` in front of ``target_url``, the benchmarks' controls: ``bytes``
+    (process ``relay``) copies bytes, ``splice`` (process ``splice``) relays parsed requests below
+    ASGI, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no MCP work."""
     name = "relay" if mode == "bytes" else mode
     target = target_url.removeprefix("http://")
     proc = _spawn(

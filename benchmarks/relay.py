@@ -1,13 +1,19 @@
-"""Two relays in front of the upstream, controls for the hops benchmark: what a hop costs before the
-bridge does any work of its own.
+"""Three relays in front of the upstream, controls for the hops and capacity benchmarks: what a hop
+costs before the bridge does any work of its own.
 
-``python -m benchmarks.relay --target 127.0.0.1:PORT [--mode bytes|asgi]`` listens on a free
+``python -m benchmarks.relay --target 127.0.0.1:PORT [--mode bytes|splice|asgi]`` listens on a free
 loopback port (printed as ``port N`` on its first line).
 
 * ``bytes`` (hops path ``relay``): for each connection it accepts, one to the target, bytes copied
   both ways unchanged -- no HTTP parsing, no session, no JSON. On uvloop as the bridge is
   (TCP_NODELAY on both sockets, a write as soon as bytes arrive): what a second process on the path
   costs by itself, two more loopback sockets and two more wake-ups per call.
+* ``splice`` (capacity path ``splice``): HTTP parsed, but below any ASGI cycle -- each request
+  parsed by httptools on its connection's protocol, written to the target by the bridge's
+  ``Forwarding.request_bytes`` over its keep-alive pool (``KeepAlivePool``), the answer written back
+  as one status line, headers and body. It is the least a forwarder that reads the session header
+  and relays the request below the ASGI cycle would cost in Python (it does not verify a token, which
+  a forwarder must).
 * ``asgi`` (hops path ``asgi``): the bridge's own HTTP stack with none of its MCP work -- uvicorn
   with ``bridge.http.wire.HttpProtocol`` on uvloop, the body read by ``read_body`` and the request
   relayed to the target by the bridge's ``Forwarding.relay`` (its keep-alive pool, one write, the
@@ -20,8 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import http
 import sys
+from typing import Any
 
+import httptools
 import uvloop
 
 
@@ -74,6 +84,80 @@ async def _serve(target_host: str, target_port: int) -> None:
     await server.serve_forever()
 
 
+class _Splice(asyncio.Protocol):
+    """One client connection of the ``splice`` relay: requests in the order they arrived (pipelined
+    ones wait their turn), each relayed whole and answered in one write."""
+
+    def __init__(self, forwarding: Any, pool: Any, not_relayed: frozenset[bytes]) -> None:
+        self.forwarding, self.pool, self.not_relayed = forwarding, pool, not_relayed
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.queue: collections.deque[bytes] = collections.deque()
+        self.running = False
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.url, self.headers, self.body = b"", [], []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        path, _, query = self.url.partition(b"?")
+        scope = {"method": self.parser.get_method().decode(), "raw_path": path, "query_string": query}
+        scope["headers"] = self.headers
+        self.queue.append(self.forwarding.request_bytes(scope, b"".join(self.body), self.pool))
+        if not self.running:
+            self.running = True
+            asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue and self.transport is not None and not self.transport.is_closing():
+                status, headers, answer = await self.pool.send(self.queue.popleft(), 60.0)
+                head = [b"HTTP/1.1 %d %s" % (status, http.HTTPStatus(status).phrase.encode())]
+                head += [key + b": " + value for key, value in headers if key not in self.not_relayed]
+                head += [b"content-length: %d" % len(answer), b"", answer]
+                self.transport.write(b"\r\n".join(head))
+        except (OSError, TimeoutError):
+            if self.transport is not None:
+                self.transport.close()
+        finally:
+            self.running = False
+
+
+async def _serve_splice(target_host: str, target_port: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from bridge.http.forwarding import NOT_RELAYED, Forwarding
+    from bridge.upstream.transport import KeepAlivePool
+
+    loop = asyncio.get_running_loop()
+    forwarding = Forwarding("http://splice-relay", 60.0, 60.0, CollectorRegistry())
+    pool = KeepAlivePool(f"http://{target_host}:{target_port}", 1024, 30.0, 5.0)
+    server = await loop.create_server(lambda: _Splice(forwarding, pool, NOT_RELAYED), "127.0.0.1", 0)
+    print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
+    await server.serve_forever()
+
+
 async def _serve_asgi(target_host: str, target_port: int) -> None:
     import socket
 
@@ -108,10 +192,11 @@ async def _serve_asgi(target_host: str, target_port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True, help="host:port to relay to")
-    parser.add_argument("--mode", choices=("bytes", "asgi"), default="bytes")
+    parser.add_argument("--mode", choices=("bytes", "splice", "asgi"), default="bytes")
     args = parser.parse_args(argv)
     host, _, port = args.target.rpartition(":")
-    uvloop.run((_serve if args.mode == "bytes" else _serve_asgi)(host, int(port)))
+    serve = {"bytes": _serve, "splice": _serve_splice, "asgi": _serve_asgi}[args.mode]
+    uvloop.run(serve(host, int(port)))
     return 0
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import procs
-from benchmarks.capacity import NGINX, PATHS
+from benchmarks.capacity import PATHS
+from benchmarks.nginx import NGINX
 from bridge import tools
 from tests.conftest import GYM_PYTHON, ROOT
 
@@ -173,7 +174,8 @@ def test_capacity_quick(tmp_path: Path) -> None:
         if workload == "64KB":
             assert set(row["us_per_kb"]) == set(row["cpu_ms_per_call"])
     assert "targets (reported, not asserted):" in run.stdout
-    assert "floors, same rounds" in run.stdout and "with nginx" in run.stdout
+    assert "floors, same rounds" in run.stdout
+    assert all(f"with {p}" in run.stdout for p in ("splice", "asgi", "nginx"))
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = subprocess.run(
         [sys.executable, "-m", "benchmarks.capacity", "--from-json", str(out), "--plot", ""],

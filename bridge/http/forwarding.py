@@ -64,7 +64,7 @@ _NOT_FORWARDED = frozenset(
         _MARKER,
     }
 )
-_NOT_RELAYED = frozenset(
+NOT_RELAYED = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -177,7 +177,7 @@ class Forwarding:
         except (OSError, ValueError) as exc:  # refused, reset, closed or garbled mid-answer; a bad URL
             await self._unreachable(scope, body, send, owner, exc)
             return
-        relayed = [(key, value) for key, value in answer_headers if key not in _NOT_RELAYED]
+        relayed = [(key, value) for key, value in answer_headers if key not in NOT_RELAYED]
         relayed.append((b"content-length", str(len(answer)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": relayed})
         await send({"type": "http.response.body", "body": answer, "more_body": False})
