@@ -29,10 +29,14 @@ import asyncio
 import collections
 import http
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httptools
 import uvloop
+
+if TYPE_CHECKING:  # imported where a relay of that kind starts: the byte relay loads no bridge code
+    from bridge.http.forwarding import Forwarding
+    from bridge.upstream.transport import KeepAlivePool
 
 
 class _Pipe(asyncio.Protocol):
@@ -88,7 +92,7 @@ class _Splice(asyncio.Protocol):
     """One client connection of the ``splice`` relay: requests in the order they arrived (pipelined
     ones wait their turn), each relayed whole and answered in one write."""
 
-    def __init__(self, forwarding: Any, pool: Any, not_relayed: frozenset[bytes]) -> None:
+    def __init__(self, forwarding: Forwarding, pool: KeepAlivePool, not_relayed: frozenset[bytes]) -> None:
         self.forwarding, self.pool, self.not_relayed = forwarding, pool, not_relayed
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -122,8 +126,8 @@ class _Splice(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         path, _, query = self.url.partition(b"?")
-        scope = {"method": self.parser.get_method().decode(), "raw_path": path, "query_string": query}
-        scope["headers"] = self.headers
+        method = self.parser.get_method().decode()
+        scope = {"method": method, "raw_path": path, "query_string": query, "headers": self.headers}
         self.queue.append(self.forwarding.request_bytes(scope, b"".join(self.body), self.pool))
         if not self.running:
             self.running = True
