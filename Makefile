@@ -55,7 +55,7 @@ test: lint
 # ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx);
 # ARGS="footprint": restart to ready and idle sessions at 10,000 (benchmarks/footprint.py)
 bench: setup
-	case "$(ARGS)" in capacity*) scripts/setup-nginx.sh ;; esac
+	case "$(ARGS)" in capacity*|footprint*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)
 
 # Every bundled Gym environment behind the bridge, replayed natively and bridged: docs/compatibility.md

@@ -7,8 +7,12 @@ an idle session holds.
 * Restart: the bare upstream (``benchmarks/bare_upstream.py``) is up; ``gym-mcp-bridge serve``
   (external mode) is spawned ``--restarts`` times and timed from spawn to the first 200 from
   ``/readyz`` (polled every 5 ms) and to its first answer: a session seeded and one MCP
-  ``tools/call`` answered. Beside it, what the imports cost: ``python -X importtime`` over the
-  modules ``serve`` loads, split into the MCP SDK (``mcp``, ``mcp_types``) and everything else.
+  ``tools/call`` answered. Each round also times its floors: the interpreter alone (spawn to exit),
+  a Python process that only imports the MCP SDK's server (``SDK_SERVER``, spawn to exit: what any
+  MCP server on the official Python SDK loads before it can answer) and nginx restarted in front of
+  the same upstream (spawn to its first proxied 200, same poll). Beside it, what the imports cost:
+  ``python -X importtime`` over the modules ``serve`` loads, split into the MCP SDK (``mcp``,
+  ``mcp_types``) and everything else.
 * Idle sessions: a fresh bridge, its RSS before and after ``--sessions`` open sessions (the default
   is ``max_sessions``, 10,000) that then sit idle; a sample of them is read back and must be exact
   (``benchmarks.lifecycle.idle_sessions``).
@@ -34,12 +38,16 @@ from typing import Any
 import aiohttp
 import httpx
 
-from benchmarks import lifecycle, procs
+from benchmarks import lifecycle, nginx, procs
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
 WARM_SESSIONS = 50  # lifecycle.idle_sessions seeds these (and calls ten) before it measures
 SDK_PACKAGES = ("mcp", "mcp_types")
+ROUND_KEYS = ("ready_s", "first_answer_s", "interpreter_s", "sdk_server_import_s", "nginx_ready_s")
+# What /mcp is served with, imported at its fastest (the cycle collector paused, as ``serve`` does),
+# timed to the import's end: os._exit skips the interpreter's teardown.
+SDK_SERVER = "import gc; gc.disable(); import mcp.server.lowlevel, mcp.server.streamable_http_manager"
 
 
 def imports() -> dict[str, float]:
@@ -78,17 +86,43 @@ def first_answer(bridge: Proc) -> None:
         raise BenchError(f"first answer after a restart: {answer!r}")
 
 
+def exits(code: str) -> float:
+    """Seconds from spawning ``python -c code`` (the bridge's interpreter and directory) to the end
+    of ``code`` (``os._exit``, no teardown)."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", f"{code}; import os; os._exit(0)"], cwd=procs.ROOT, check=True)
+    return time.monotonic() - started
+
+
 def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]]:
+    """Per round: the bridge's restart to ready and to its first answer, and the floors; the SDK's
+    import is timed just before and just after the bridge and averaged, so a machine whose speed
+    drifts within a round moves both sides alike."""
     out = []
     for i in range(count):
+        sdk_before = exits(SDK_SERVER)
         started = time.monotonic()
         bridge = procs.start_bridge(workdir, upstream.url, name=f"restart-{i}")
         try:
             ready = float(bridge.extra["ready_s"])  # type: ignore[arg-type]
             first_answer(bridge)
-            out.append({"ready_s": ready, "first_answer_s": time.monotonic() - started})
+            answered = time.monotonic() - started
         finally:
             bridge.stop()
+        sdk_after = exits(SDK_SERVER)
+        started = time.monotonic()
+        proxy = nginx.start(workdir, upstream.url, core=None, name=f"nginx-{i}", poll=0.005)
+        nginx_s = time.monotonic() - started
+        proxy.stop()
+        out.append(
+            {
+                "ready_s": ready,
+                "first_answer_s": answered,
+                "interpreter_s": exits("pass"),
+                "sdk_server_import_s": (sdk_before + sdk_after) / 2,
+                "nginx_ready_s": nginx_s,
+            }
+        )
     return out
 
 
@@ -114,8 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
         "restarts": starts,
-        "ready_s_median": statistics.median(s["ready_s"] for s in starts),
-        "first_answer_s_median": statistics.median(s["first_answer_s"] for s in starts),
+        "nginx": nginx.version(),
+        **{f"{key}_median": statistics.median(s[key] for s in starts) for key in ROUND_KEYS},
         "imports": imports(),
         "idle": memory,
     }
@@ -124,12 +158,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(report: dict[str, Any]) -> str:
     starts, imp, mem = report["restarts"], report["imports"], report["idle"]
     ready = " ".join(f"{s['ready_s']:.2f}" for s in starts)
+    over = [s["ready_s"] - s["sdk_server_import_s"] for s in starts]
+    ratio = [s["ready_s"] / s["sdk_server_import_s"] for s in starts]
     return "\n".join(
         [
             f"gym-mcp-bridge footprint, {report['when_utc'][:16]} UTC, Python {report['python']}, "
             f"load avg at start {report['loadavg_at_start'][0]:.2f}",
             f"restart to ready (warm upstream): median {report['ready_s_median']:.3f} s ({ready}); "
             f"to the first answered tools/call: median {report['first_answer_s_median']:.3f} s",
+            f"floors, same rounds (median): the interpreter {report['interpreter_s_median']:.3f} s; "
+            f"Python importing the MCP SDK's server, no bridge code, {report['sdk_server_import_s_median']:.3f} s; "
+            f"nginx restarted to its first proxied answer {report['nginx_ready_s_median']:.3f} s; "
+            f"the bridge's ready over the SDK floor, per round: median {statistics.median(over):+.3f} s, "
+            f"ready / floor {statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})",
             f"imports of serve: {imp['all_ms']:.0f} ms, of which the MCP SDK {imp['mcp_sdk_ms']:.0f} ms "
             f"and everything else {imp['rest_ms']:.0f} ms (python -X importtime, one run)",
             f"idle sessions: {mem['sessions'] + WARM_SESSIONS} open, bridge RSS {mem['bridge_rss_before_mb']:.1f} -> "

@@ -38,20 +38,21 @@ http {{
 """
 
 
-def start(workdir: Path, upstream_url: str, core: int) -> Proc:
-    """nginx in front of ``upstream_url`` as one process pinned to ``core``, with its own config and
-    logs in ``workdir/nginx``; returned once it serves the upstream's ``/openapi.json``."""
+def start(
+    workdir: Path, upstream_url: str, core: int | None, name: str = "nginx", poll: float = 0.05
+) -> Proc:
+    """nginx in front of ``upstream_url`` as one process (pinned to ``core`` when given), with its own
+    config and logs in ``workdir/name``; returned once it serves the upstream's ``/openapi.json``
+    (polled every ``poll`` seconds)."""
     if not NGINX.exists():
         raise BenchError(f"{NGINX} is missing: run scripts/setup-nginx.sh (Debian's nginx-light)")
-    home = workdir / "nginx"
+    home = workdir / name
     home.mkdir()
     port = procs.free_port()
     conf = home / "nginx.conf"
     conf.write_text(CONF.format(dir=home, upstream=upstream_url.removeprefix("http://"), port=port))
     argv = [
-        "taskset",
-        "-c",
-        str(core),
+        *(["taskset", "-c", str(core)] if core is not None else []),
         str(NGINX),
         "-p",
         str(home),
@@ -60,14 +61,14 @@ def start(workdir: Path, upstream_url: str, core: int) -> Proc:
         "-e",
         str(home / "error.log"),
     ]
-    proc = procs._spawn("nginx", argv, workdir)
+    proc = procs._spawn(name, argv, workdir)
     proc.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while procs.http_status(f"{proc.url}/openapi.json") != 200:
         if not proc.alive() or time.monotonic() > deadline:
             proc.stop()
             raise BenchError(f"nginx did not serve:\n{proc.log_tail()}\n{(home / 'error.log').read_text()}")
-        time.sleep(0.05)
+        time.sleep(poll)
     return proc
 
 
