@@ -72,16 +72,17 @@ def imports() -> dict[str, float]:
     return {"all_ms": total, "mcp_sdk_ms": sdk, "rest_ms": total - sdk}
 
 
-def first_answer(bridge: Proc) -> None:
-    """Seed a session and call one tool over MCP; BenchError unless the counter answers exact."""
-    with httpx.Client(base_url=bridge.url, timeout=30) as http:
-        seeded = http.post(
-            "/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7}
-        )
-        token = seeded.json()["mcp"]["headers"][TOKEN_HEADER]
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_counter_value"}}
-        headers = {TOKEN_HEADER: token, "accept": "application/json, text/event-stream"}
-        answer = http.post("/mcp", json=call, headers=headers).json()
+def first_answer(bridge: Proc, http: httpx.Client) -> None:
+    """Seed a session and call one tool over MCP; BenchError unless the counter answers exact.
+    ``http`` is made before the bridge is spawned: creating a client (its TLS context) would
+    otherwise be timed as the bridge's."""
+    seeded = http.post(
+        f"{bridge.url}/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7}
+    )
+    token = seeded.json()["mcp"]["headers"][TOKEN_HEADER]
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_counter_value"}}
+    headers = {TOKEN_HEADER: token, "accept": "application/json, text/event-stream"}
+    answer = http.post(f"{bridge.url}/mcp", json=call, headers=headers).json()
     if answer.get("result", {}).get("structuredContent") != {"count": 7}:
         raise BenchError(f"first answer after a restart: {answer!r}")
 
@@ -99,13 +100,14 @@ def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]
     import is timed just before and just after the bridge and averaged, so a machine whose speed
     drifts within a round moves both sides alike."""
     out = []
+    http = httpx.Client(timeout=30)
     for i in range(count):
         sdk_before = exits(SDK_SERVER)
         started = time.monotonic()
         bridge = procs.start_bridge(workdir, upstream.url, name=f"restart-{i}")
         try:
             ready = float(bridge.extra["ready_s"])  # type: ignore[arg-type]
-            first_answer(bridge)
+            first_answer(bridge, http)
             answered = time.monotonic() - started
         finally:
             bridge.stop()
@@ -123,6 +125,7 @@ def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]
                 "nginx_ready_s": nginx_s,
             }
         )
+    http.close()
     return out
 
 
