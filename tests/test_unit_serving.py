@@ -3,7 +3,7 @@ imported with the cycle collector paused, what the import made is frozen, and th
 again afterwards, also when the import fails (a collector left off would let every request's cycles
 pile up for the life of the process).
 
-``importlib.import_module`` is replaced by a recorder here: the real import happens once per process
+The module's ``importlib`` is replaced by a recorder here: the real import happens once per process
 and has already happened in a test session. The real road, a ``serve`` started from a shell and timed
 to ready, is ``benchmarks/footprint.py`` (``tests/test_capacity.py::test_footprint_quick``)."""
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,11 +30,10 @@ def test_the_app_is_imported_with_the_collector_paused_then_frozen(
     collector: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[str, bool, int]] = []
-    monkeypatch.setattr(
-        serving.importlib,
-        "import_module",
-        lambda name: seen.append((name, gc.isenabled(), gc.get_freeze_count())),
+    record = SimpleNamespace(
+        import_module=lambda name: seen.append((name, gc.isenabled(), gc.get_freeze_count()))
     )
+    monkeypatch.setattr(serving, "importlib", record)
     gc.unfreeze()
     serving._import_app()
     assert seen == [("bridge.http.app", False, 0)]
@@ -47,7 +47,7 @@ def test_a_failed_import_leaves_the_collector_running(
     def broken(name: str) -> None:
         raise ImportError(f"no module named {name!r}")
 
-    monkeypatch.setattr(serving.importlib, "import_module", broken)
+    monkeypatch.setattr(serving, "importlib", SimpleNamespace(import_module=broken))
     with pytest.raises(ImportError):
         serving._import_app()
     assert gc.isenabled()
