@@ -7,10 +7,11 @@ an idle session holds.
 * Restart: the bare upstream (``benchmarks/bare_upstream.py``) is up; ``gym-mcp-bridge serve``
   (external mode) is spawned ``--restarts`` times and timed from spawn to the first 200 from
   ``/readyz`` (polled every 5 ms) and to its first answer: a session seeded and one MCP
-  ``tools/call`` answered. Each round also times its floors: the interpreter alone (spawn to exit),
-  a Python process that only imports the MCP SDK's server (``SDK_SERVER``, spawn to exit: what any
-  MCP server on the official Python SDK loads before it can answer) and nginx restarted in front of
-  the same upstream (spawn to its first proxied 200, same poll). Beside it, what the imports cost:
+  ``tools/call`` answered. Each round also times its floors: the interpreter alone, a Python
+  process that only imports the MCP SDK's server (``SDK_SERVER``: what any MCP server on the
+  official Python SDK loads before it can answer), each from spawn to the end of its code, and nginx
+  restarted in front of the same upstream (spawn to its first proxied 200, same poll). The report
+  gives the bridge's ready over the SDK's floor, per round. Beside it, what the imports cost:
   ``python -X importtime`` over the modules ``serve`` loads, split into the MCP SDK (``mcp``,
   ``mcp_types``) and everything else.
 * Idle sessions: a fresh bridge, its RSS before and after ``--sessions`` open sessions (the default
@@ -96,37 +97,35 @@ def exits(code: str) -> float:
 
 
 def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]]:
-    """Per round: the bridge's restart to ready and to its first answer, and the floors; the SDK's
-    import is timed just before and just after the bridge and averaged, so a machine whose speed
-    drifts within a round moves both sides alike."""
-    out = []
-    http = httpx.Client(timeout=30)
-    for i in range(count):
-        sdk_before = exits(SDK_SERVER)
-        started = time.monotonic()
-        bridge = procs.start_bridge(workdir, upstream.url, name=f"restart-{i}")
-        try:
-            ready = float(bridge.extra["ready_s"])  # type: ignore[arg-type]
-            first_answer(bridge, http)
-            answered = time.monotonic() - started
-        finally:
-            bridge.stop()
-        sdk_after = exits(SDK_SERVER)
-        started = time.monotonic()
-        proxy = nginx.start(workdir, upstream.url, core=None, name=f"nginx-{i}", poll=0.005)
-        nginx_s = time.monotonic() - started
-        proxy.stop()
-        out.append(
-            {
-                "ready_s": ready,
-                "first_answer_s": answered,
-                "interpreter_s": exits("pass"),
-                "sdk_server_import_s": (sdk_before + sdk_after) / 2,
-                "nginx_ready_s": nginx_s,
-            }
-        )
-    http.close()
-    return out
+    with httpx.Client(timeout=30) as http:
+        return [restart_round(workdir, upstream, http, i) for i in range(count)]
+
+
+def restart_round(workdir: Path, upstream: Proc, http: httpx.Client, i: int) -> dict[str, float]:
+    """The bridge's restart to ready and to its first answer, and the floors. The SDK's import is
+    timed just before and just after the bridge and averaged, so a machine whose speed drifts within
+    a round moves both sides alike."""
+    sdk_before = exits(SDK_SERVER)
+    started = time.monotonic()
+    bridge = procs.start_bridge(workdir, upstream.url, name=f"restart-{i}")
+    try:
+        ready = float(bridge.extra["ready_s"])  # type: ignore[arg-type]
+        first_answer(bridge, http)
+        answered = time.monotonic() - started
+    finally:
+        bridge.stop()
+    sdk_after = exits(SDK_SERVER)
+    started = time.monotonic()
+    proxy = nginx.start(workdir, upstream.url, core=None, name=f"nginx-{i}", poll=0.005)
+    nginx_s = time.monotonic() - started
+    proxy.stop()
+    return {
+        "ready_s": ready,
+        "first_answer_s": answered,
+        "interpreter_s": exits("pass"),
+        "sdk_server_import_s": (sdk_before + sdk_after) / 2,
+        "nginx_ready_s": nginx_s,
+    }
 
 
 async def idle(workdir: Path, upstream: Proc, sessions: int) -> dict[str, Any]:
