@@ -4,8 +4,8 @@ again afterwards, also when the import fails (a collector left off would let eve
 pile up for the life of the process).
 
 The module's ``importlib`` is replaced by a recorder here: the real import happens once per process
-and has already happened in a test session. The real road, a ``serve`` started from a shell and timed
-to ready, is ``benchmarks/footprint.py`` (``tests/test_capacity.py::test_footprint_quick``)."""
+and has already happened in a test session. The real road, a spawned ``serve`` timed to ready, is
+``benchmarks/footprint.py`` (``tests/test_capacity.py::test_footprint_quick``)."""
 
 from __future__ import annotations
 
