@@ -196,9 +196,9 @@ def floors(rows: list[dict[str, Any]]) -> list[str]:
         if not (mcp and nginx and here):
             continue
         owner = mcp["server_cpu_ms_per_call"]
-        here.append(("nginx", nginx["server_cpu_ms_per_call"]))
-        cpu = ", ".join(f"{p} {ms:.3f}" for p, ms in here[:-1])
-        bound = ", ".join(f"{owner / (owner + ms):.2f} with {p}" for p, ms in here)
+        cpu = ", ".join(f"{p} {ms:.3f}" for p, ms in here)
+        with_nginx = [*here, ("nginx", nginx["server_cpu_ms_per_call"])]
+        bound = ", ".join(f"{owner / (owner + ms):.2f} with {p}" for p, ms in with_nginx)
         out.append(f"{sessions:>3} sessions: non-owner CPU at least {cpu} ms; fwd ÷ owner at most {bound}")
     added = [
         f"{p} adds {_ci(row['added_p99_ms_over_nginx'])} ms"
