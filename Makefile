@@ -1,4 +1,4 @@
-# gym-mcp-bridge: make setup | run | test | lint | bench | sweep | gym-lock | uv-lock
+# gym-mcp-bridge: make setup | run | test | lint | bench | profile | sweep | gym-lock | uv-lock
 # Idempotent: uv is bootstrapped into .cache/ when missing (pinned by hash: scripts/uv-requirements.txt),
 # the bridge environment is .venv (from uv.lock), the Gym environment for the upstream is .gym-env
 # (nemo-gym on Python 3.12, from the hashed lock scripts/gym-env/nemo-gym-$(NEMO_GYM_VERSION).lock.txt).
@@ -11,7 +11,7 @@ BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find
 GYM_PYTHON_BASE ?=# empty: setup-gym-env.sh picks 3.12 for nemo-gym <= 0.4, 3.13 for later
 PYTEST_ARGS ?=
 
-.PHONY: setup gym-env gym-lock uv-lock run test lint fmt bench sweep clean
+.PHONY: setup gym-env gym-lock uv-lock run test lint fmt bench profile sweep clean
 
 $(CURDIR)/.cache/uv-venv/bin/uv: scripts/uv-requirements.txt
 	python3 -m venv .cache/uv-venv
@@ -58,9 +58,18 @@ bench: setup
 	case "$(ARGS)" in capacity*|footprint*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)
 
+# ARGS="--path fwd --sessions 1": where one replica's CPU goes per call, by module, from perf
+# (benchmarks/profile.py; installs perf; runs on Python 3.12, which perf can see into: .venv-profile)
+profile: setup
+	scripts/setup-perf.sh
+	test -x .venv-profile/bin/python || $(UV) venv -q -p "$$(scripts/find-python.sh 3.12)" .venv-profile
+	$(UV) export -q --frozen --no-hashes --no-emit-project -o .venv-profile/requirements.txt
+	$(UV) pip install -q -p .venv-profile/bin/python -r .venv-profile/requirements.txt
+	.venv-profile/bin/python -m benchmarks.profile $(ARGS)
+
 # Every bundled Gym environment behind the bridge, replayed natively and bridged: docs/compatibility.md
 sweep: setup
 	.venv/bin/python -m benchmarks.sweep --out docs/compatibility.md --json benchmarks/results/sweep.json $(ARGS)
 
 clean:
-	rm -rf .venv .gym-env .gym-env-* .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .venv-profile .gym-env .gym-env-* .cache .pytest_cache .mypy_cache .ruff_cache

@@ -125,10 +125,9 @@ class Capacity:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    def _target(self, path: str) -> Proc:
-        return self.procs[
-            {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
-        ]
+    def target(self, path: str) -> str:
+        """The name of the process under test on ``path`` (a key of ``procs``)."""
+        return {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
 
     async def _connect(self, proc: Proc) -> raw_http.Conn:
         host, port = proc.url.removeprefix("http://").rsplit(":", 1)
@@ -143,7 +142,7 @@ class Capacity:
         for _ in range(sessions):
             seed = next(self.seeds)
             body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
-            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self._target(path)
+            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self.procs[self.target(path)]
             seed_conn = await self._connect(seeder)
             host = {"host": seeder.url.removeprefix("http://")}
             status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
@@ -153,11 +152,11 @@ class Capacity:
                 headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
                 conn = seed_conn
             else:
-                target = self._target(path).url.removeprefix("http://")
+                target = self.procs[self.target(path)].url.removeprefix("http://")
                 headers = {"host": target, TOKEN_HEADER: orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]}
                 if path != "rest":
                     headers["accept"] = "application/json, text/event-stream"
-                conn = seed_conn if path != "fwd" else await self._connect(self._target(path))
+                conn = seed_conn if path != "fwd" else await self._connect(self.procs[self.target(path)])
                 if conn is not seed_conn:
                     seed_conn.transport.close()
             out.append(_Session(conn, seed, headers))
@@ -219,7 +218,7 @@ class Capacity:
         for session in crew:  # a server may close a connection idle between rounds (keep-alive timeout)
             session.latencies = []
             if session.conn.closed:
-                session.conn = await self._connect(self._target(path))
+                session.conn = await self._connect(self.procs[self.target(path)])
         tasks = [asyncio.create_task(one(s, r)) for s, r in zip(crew, requests, strict=True)]
         await asyncio.sleep(0)
         watched = {name: p for name, p in self.procs.items()}

@@ -301,8 +301,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> str | None:
         points = [found[levels[i]] for i in at]
         cis = [r["server_cpu_ci"] or (r["server_cpu_ms_per_call"],) * 3 for r in points]
         cpu.errorbar(at, *_bars(cis), capsize=3, **style)
-        if name != "nginx":
-            ratio.errorbar(at, *_bars([r["ratio_nginx"] for r in points]), capsize=3, **style)
+        against = [(i, r["ratio_nginx"]) for i, r in zip(at, points, strict=True) if r["ratio_nginx"]]
+        if name != "nginx" and against:  # no ratio in a run without nginx
+            ratio.errorbar([i for i, _ in against], *_bars([c for _, c in against]), capsize=3, **style)
         tail.plot(at, [r["p99_ms"] for r in points], **style)
     cpu.axhline(0.25, color="grey", linestyle="--", linewidth=1)
     cpu.axhline(0.15, color="grey", linestyle=":", linewidth=1)

@@ -186,6 +186,7 @@ async def _serve_asgi(target_host: str, target_port: int) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)  # before the port is told: a client may connect before uvicorn's server starts
     print(f"port {sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, http=HttpProtocol, proxy_headers=False, lifespan="off"

@@ -6,15 +6,11 @@ set -euo pipefail
 if [ -x /usr/sbin/nginx ]; then
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "setup-nginx: /usr/sbin/nginx is missing and this is not a Debian-like system; install nginx" >&2
-  exit 1
-fi
+command -v apt-get >/dev/null 2>&1 || exec "$(dirname "$0")/apt-install.sh" setup-nginx nginx  # says why not
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   sudo="sudo"
 fi
-export DEBIAN_FRONTEND=noninteractive
 # policy-rc.d 101: the package's postinst must not start a system nginx on port 80
 policy=/usr/sbin/policy-rc.d
 made_policy=0
@@ -24,7 +20,5 @@ if [ ! -e "$policy" ]; then
   made_policy=1
 fi
 trap '[ "$made_policy" = 1 ] && $sudo rm -f "$policy"' EXIT
-$sudo apt-get install -y -q --no-install-recommends nginx-light >/dev/null 2>&1 \
-  || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q --no-install-recommends nginx-light >/dev/null; } \
-  || $sudo apt-get install -y -q --no-install-recommends nginx >/dev/null
+"$(dirname "$0")/apt-install.sh" setup-nginx nginx-light nginx
 /usr/sbin/nginx -v

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import procs
+from benchmarks import capacity_report, procs, raw_http
 from benchmarks.capacity import PATHS
 from benchmarks.nginx import NGINX
 from bridge import tools
@@ -208,3 +209,32 @@ def test_footprint_quick(tmp_path: Path) -> None:
     assert report["nginx_ready_s_median"] > 0 and report["nginx"]
     assert "bytes per session" in run.stdout and "restart to ready" in run.stdout
     assert "the bridge's ready over the SDK floor" in run.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["bytes", "splice", "asgi"])
+def test_each_python_floor_accepts_as_soon_as_it_names_its_port(
+    mode: str, bare_upstream: str, tmp_path: Path
+) -> None:
+    """A floor is used the moment ``start_relay`` has read its port line: a connection made then is
+    accepted and relayed, however long the server behind the socket takes to start (the ``asgi``
+    floor once printed its port before listening, and a profile of it alone was refused)."""
+    proc = procs.start_relay(tmp_path, bare_upstream, mode)
+    try:
+        host, port = proc.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(raw_http.request("/seed_session", json.dumps(ROW).encode(), {"host": proc.url[7:]}))
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+    finally:
+        proc.stop()
+
+
+def test_a_run_without_nginx_plots_without_its_ratio(tmp_path: Path) -> None:
+    """``--paths`` without nginx (a subset, as a profile or a quick look runs it) has no ratio to
+    nginx: the plot leaves that panel's points out instead of failing after the run."""
+    published = json.loads((ROOT / "benchmarks" / "results" / "capacity.json").read_text())
+    runs = [r for r in published["runs"] if r["path"] in ("asgi", "fwd", "mcp")]
+    rows = capacity_report.summarize(runs, 0)
+    assert rows and all(row["ratio_nginx"] is None for row in rows)
+    assert capacity_report.plot(rows, tmp_path / "plot.png") is None
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
