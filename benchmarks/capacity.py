@@ -61,6 +61,11 @@ CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
 
 
+def under_test(path: str) -> str:
+    """The name of the process under test on ``path`` (a key of ``Capacity.procs``)."""
+    return {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
+
+
 @dataclass
 class _Session:
     conn: raw_http.Conn
@@ -125,9 +130,8 @@ class Capacity:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    def target(self, path: str) -> str:
-        """The name of the process under test on ``path`` (a key of ``procs``)."""
-        return {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
+    def _target(self, path: str) -> Proc:
+        return self.procs[under_test(path)]
 
     async def _connect(self, proc: Proc) -> raw_http.Conn:
         host, port = proc.url.removeprefix("http://").rsplit(":", 1)
@@ -142,7 +146,7 @@ class Capacity:
         for _ in range(sessions):
             seed = next(self.seeds)
             body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
-            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self.procs[self.target(path)]
+            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self._target(path)
             seed_conn = await self._connect(seeder)
             host = {"host": seeder.url.removeprefix("http://")}
             status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
@@ -152,11 +156,11 @@ class Capacity:
                 headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
                 conn = seed_conn
             else:
-                target = self.procs[self.target(path)].url.removeprefix("http://")
+                target = self._target(path).url.removeprefix("http://")
                 headers = {"host": target, TOKEN_HEADER: orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]}
                 if path != "rest":
                     headers["accept"] = "application/json, text/event-stream"
-                conn = seed_conn if path != "fwd" else await self._connect(self.procs[self.target(path)])
+                conn = seed_conn if path != "fwd" else await self._connect(self._target(path))
                 if conn is not seed_conn:
                     seed_conn.transport.close()
             out.append(_Session(conn, seed, headers))
@@ -218,7 +222,7 @@ class Capacity:
         for session in crew:  # a server may close a connection idle between rounds (keep-alive timeout)
             session.latencies = []
             if session.conn.closed:
-                session.conn = await self._connect(self.procs[self.target(path)])
+                session.conn = await self._connect(self._target(path))
         tasks = [asyncio.create_task(one(s, r)) for s, r in zip(crew, requests, strict=True)]
         await asyncio.sleep(0)
         watched = {name: p for name, p in self.procs.items()}

@@ -43,7 +43,7 @@ from pathlib import Path
 import uvloop
 
 from benchmarks import procs
-from benchmarks.capacity import Capacity
+from benchmarks.capacity import Capacity, under_test
 from benchmarks.procs import BenchError
 
 PATHS = ("fwd", "mcp", "rest", "asgi", "splice")
@@ -140,7 +140,7 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
     recorder: subprocess.Popen[bytes] | None = None
     try:
         bench.start([args.path])
-        process = bench.target(args.path)
+        process = under_test(args.path)
         target = bench.procs[process]
         await bench.run("16B", args.path, args.sessions, max(20, args.calls // args.sessions // 4), -1)
         data = workdir / "perf.data"
