@@ -43,7 +43,7 @@ from pathlib import Path
 import uvloop
 
 from benchmarks import procs
-from benchmarks.capacity import Capacity, under_test
+from benchmarks.capacity import Capacity, calls_for, under_test
 from benchmarks.procs import BenchError
 
 PATHS = ("fwd", "mcp", "rest", "asgi", "splice")
@@ -142,14 +142,15 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
         bench.start([args.path])
         process = under_test(args.path)
         target = bench.procs[process]
-        await bench.run("16B", args.path, args.sessions, max(20, args.calls // args.sessions // 4), -1)
+        calls = calls_for(args.calls, args.sessions)
+        await bench.run("16B", args.path, args.sessions, calls // 4 + 1, -1)  # warm-up, as capacity's
         data = workdir / "perf.data"
         record = ["perf", "record", "-q", "-F", str(args.hz), "--call-graph", "dwarf,32768"]
         recorder = subprocess.Popen(
             [*record, "-p", str(target.pid), "-o", str(data)], stdout=subprocess.DEVNULL
         )
         await asyncio.sleep(1.0)  # perf attached
-        run = await bench.run("16B", args.path, args.sessions, max(20, args.calls // args.sessions), 0)
+        run = await bench.run("16B", args.path, args.sessions, calls, 0)
         recorder.send_signal(signal.SIGINT)
         if recorder.wait(60) not in (0, -signal.SIGINT) or not data.exists():
             raise BenchError(f"perf record exited with {recorder.returncode}")
