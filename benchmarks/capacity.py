@@ -19,7 +19,11 @@ one call at a time per session, every session at once:
   pool) relaying each request with none of the bridge's MCP work;
 * ``rest``: ``POST /<tool>`` to the bridge with the session token (Gym's REST surface);
 * ``mcp``: a stateless ``tools/call`` on ``/mcp`` to the bridge that owns the session;
-* ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1).
+* ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1);
+* ``rest@base``, ``mcp@base``, ``fwd@base`` (with ``--baseline REV``): the same three paths on the
+  bridge of git revision REV (its ``bridge/`` package from ``git archive``, run by this interpreter),
+  so a change is measured against what it changes in the same rounds: the report gives each path's
+  CPU per call ÷ the baseline's, paired per round, with its interval.
 
 Workloads: ``16B`` (``increment_counter {"count": 1}``, answer ``{"success":true}``) and ``64KB``
 (``echo`` with a 64 KiB string: the argument and the answer are 64 KiB each). Rounds interleave every
@@ -51,19 +55,28 @@ from typing import Any
 
 import orjson
 
-from benchmarks import capacity_report, nginx, procs, raw_http
+from benchmarks import capacity_report, nginx, procs, raw_http, revisions
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
 PATHS = ["direct", "nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd"]
 FLOORS = ("direct", "nginx", "relay", "splice", "asgi")  # paths that carry the upstream's cookie, not a token
+BRIDGE_PATHS = ("rest", "mcp", "fwd")
+BASELINE = "@base"  # the suffix of a bridge path run on the --baseline revision
 CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
 
 
 def under_test(path: str) -> str:
     """The name of the process under test on ``path`` (a key of ``Capacity.procs``)."""
-    return {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(path, path)
+    plain, at, base = path.partition("@")
+    name = {"direct": "upstream", "rest": "owner", "mcp": "owner", "fwd": "peer"}.get(plain, plain)
+    return f"{name}{at}{base}"
+
+
+def plain(path: str) -> str:
+    """The path without its baseline suffix: ``mcp@base`` does what ``mcp`` does."""
+    return path.partition("@")[0]
 
 
 @dataclass
@@ -102,7 +115,7 @@ class Capacity:
 
     # -- processes --------------------------------------------------------------------------------
 
-    def start(self, paths: list[str]) -> None:
+    def start(self, paths: list[str], baseline: Path | None = None) -> None:
         pin = ["taskset", "-c"]
         self.procs["upstream"] = up = procs.start_bare_upstream(self.workdir, [*pin, str(CLIENT_CORE)])
         if "nginx" in paths:
@@ -113,12 +126,19 @@ class Capacity:
                 for task in Path(f"/proc/{relay.pid}/task").iterdir():
                     os.sched_setaffinity(int(task.name), {SERVER_CORE})
         saved = procs.BRIDGE
-        procs.BRIDGE = [*pin, str(SERVER_CORE), *procs.BRIDGE]
         try:
-            if {"rest", "mcp", "fwd"} & set(paths):
-                self.procs["owner"] = procs.start_bridge(self.workdir, up.url, name="owner")
-            if "fwd" in paths:
-                self.procs["peer"] = procs.start_bridge(self.workdir, up.url, name="peer")
+            for suffix, tree in (("", None), (BASELINE, baseline)):
+                procs.BRIDGE = [*pin, str(SERVER_CORE), *saved]
+                env = None
+                if tree is not None:  # -P: not the checkout's bridge/ from the working directory
+                    procs.BRIDGE = [*pin, str(SERVER_CORE), sys.executable, "-P", "-m", "bridge"]
+                    env = {"PYTHONPATH": str(tree)}
+                if {f"{p}{suffix}" for p in BRIDGE_PATHS} & set(paths):
+                    name = f"owner{suffix}"
+                    self.procs[name] = procs.start_bridge(self.workdir, up.url, name=name, env=env)
+                if f"fwd{suffix}" in paths:
+                    name = f"peer{suffix}"
+                    self.procs[name] = procs.start_bridge(self.workdir, up.url, name=name, env=env)
         finally:
             procs.BRIDGE = saved
         os.sched_setaffinity(0, {CLIENT_CORE})
@@ -146,21 +166,22 @@ class Capacity:
         for _ in range(sessions):
             seed = next(self.seeds)
             body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
-            seeder = self.procs["owner"] if path in ("rest", "mcp", "fwd") else self._target(path)
+            kind, at, base = path.partition("@")
+            seeder = self.procs[f"owner{at}{base}"] if kind in BRIDGE_PATHS else self._target(path)
             seed_conn = await self._connect(seeder)
             host = {"host": seeder.url.removeprefix("http://")}
             status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
             if status != 200:
                 raise BenchError(f"{path}: seed answered {status}: {raw[:200]!r}")
-            if path in FLOORS:
+            if kind in FLOORS:
                 headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
                 conn = seed_conn
             else:
                 target = self._target(path).url.removeprefix("http://")
                 headers = {"host": target, TOKEN_HEADER: orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]}
-                if path != "rest":
+                if kind != "rest":
                     headers["accept"] = "application/json, text/event-stream"
-                conn = seed_conn if path != "fwd" else await self._connect(self._target(path))
+                conn = seed_conn if kind != "fwd" else await self._connect(self._target(path))
                 if conn is not seed_conn:
                     seed_conn.transport.close()
             out.append(_Session(conn, seed, headers))
@@ -168,7 +189,7 @@ class Capacity:
         return out
 
     def _call_bytes(self, path: str, session: _Session, tool: str, arguments: dict[str, Any]) -> bytes:
-        if path in ("mcp", "fwd"):
+        if plain(path) in ("mcp", "fwd"):
             body = orjson.dumps(
                 {
                     "jsonrpc": "2.0",
@@ -186,7 +207,7 @@ class Capacity:
         if status != 200:
             raise BenchError(f"{path}: HTTP {status}: {raw[:300]!r}")
         message = orjson.loads(raw)
-        if path not in ("mcp", "fwd"):
+        if plain(path) not in ("mcp", "fwd"):
             return message
         result = message.get("result") or {}
         if "error" in message or result.get("isError"):
@@ -260,12 +281,23 @@ class Capacity:
         )  # fmt: skip
 
 
+def round_order(paths: list[str], r: int) -> list[str]:
+    """The paths of round ``r``: the order rotated by one each round, so load from other jobs hits
+    every path alike. A path and its baseline run back to back, the first of the two taking turns
+    round by round, so the machine's drift between runs does not favour either."""
+    units = [[p, f"{p}{BASELINE}"] if f"{p}{BASELINE}" in paths else [p] for p in paths if "@" not in p]
+    units = units[r % len(units) :] + units[: r % len(units)]
+    return [path for unit in units for path in (unit[::-1] if r % 2 else unit)]
+
+
 def calls_for(total: int, sessions: int) -> int:
     return max(20, total // sessions)
 
 
 async def amain(args: argparse.Namespace) -> int:
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if args.baseline:
+        paths += [f"{p}{BASELINE}" for p in paths if p in BRIDGE_PATHS]
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
     size_levels = [int(x) for x in args.size_levels.split(",") if x.strip()]
     when, load0 = dt.datetime.now(dt.UTC), os.getloadavg()
@@ -275,7 +307,10 @@ async def amain(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gym-mcp-capacity-") as tmp:
         bench = Capacity(Path(tmp), log)
         try:
-            bench.start(paths)
+            baseline = (
+                revisions.unpack_bridge(args.baseline, Path(tmp) / "baseline") if args.baseline else None
+            )
+            bench.start(paths, baseline)
             plan = [("16B", n, args.calls) for n in levels] + [
                 ("64KB", n, args.size_calls) for n in size_levels
             ]
@@ -283,7 +318,7 @@ async def amain(args: argparse.Namespace) -> int:
                 for path in paths:  # warm-up, discarded
                     await bench.run(workload, path, sessions, calls_for(total, sessions) // 4 + 1, -1)
                 for r in range(args.rounds):
-                    for path in paths[r % len(paths) :] + paths[: r % len(paths)]:
+                    for path in round_order(paths, r):
                         run = await bench.run(workload, path, sessions, calls_for(total, sessions), r)
                         runs.append(run)
                         log(
@@ -308,6 +343,8 @@ async def amain(args: argparse.Namespace) -> int:
         "loadavg_at_start": load0,
         "loadavg_at_end": os.getloadavg(),
         "cores": {"bridge, nginx": SERVER_CORE, "client, upstream": CLIENT_CORE},
+        "checkout": revisions.describe_checkout(),
+        "baseline": revisions.named(args.baseline) if args.baseline else None,
         "args": {
             k: str(v) if isinstance(v, Path) else v
             for k, v in vars(args).items()
@@ -365,6 +402,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--size-calls", type=int, default=400, help="calls per run, 64 KiB workload")
     p.add_argument("--seed", type=int, default=1, help="bootstrap random seed")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run rest, mcp and fwd on the bridge of git revision REV, in the same rounds",
+    )
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "capacity.json")
     p.add_argument(
         "--plot",

@@ -38,6 +38,22 @@ LABELS = {
 RESAMPLES = 2000
 
 
+def procs_of(path: str) -> list[str]:
+    """The processes doing ``path``'s work; ``mcp@base`` is ``mcp`` on the baseline's replicas."""
+    kind, at, base = path.partition("@")
+    return [f"{p}{at}{base}" for p in PATH_PROCS[kind]]
+
+
+def label_of(path: str) -> str:
+    kind, at, _ = path.partition("@")
+    return f"baseline {LABELS[kind].removeprefix('bridge ')}" if at else LABELS[kind]
+
+
+def _order(path: str) -> tuple[int, bool]:
+    kind, at, _ = path.partition("@")
+    return list(PATH_PROCS).index(kind), bool(at)
+
+
 def bootstrap(values: list[float], rng: random.Random) -> tuple[float, float, float] | None:
     """(median, low, high): the median and a percentile-bootstrap 95 % interval of the median."""
     if not values:
@@ -58,15 +74,18 @@ def _paired(
 def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     cpu_rng = random.Random(seed + 1)  # its own stream: the ratios' intervals stay as they were
+    baseline_rng = random.Random(seed + 2)
     out: list[dict[str, Any]] = []
     keys = sorted({(r["workload"], r["sessions"]) for r in runs}, key=lambda k: (k[0] != "16B", k[1]))
     for workload, sessions in keys:
         level = [r for r in runs if r["workload"] == workload and r["sessions"] == sessions]
-        by_path = {p: {r["round"]: r for r in level if r["path"] == p} for p in PATH_PROCS}
-        for path, procs in PATH_PROCS.items():
-            mine = list(by_path[path].values())
-            if not mine:
-                continue
+        by_path: dict[str, dict[int, dict[str, Any]]] = {p: {} for p in PATH_PROCS}
+        for r in level:
+            by_path.setdefault(r["path"], {})[r["round"]] = r
+        for path in sorted((p for p, found in by_path.items() if found), key=_order):
+            mine, procs = list(by_path[path].values()), procs_of(path)
+            kind = path.partition("@")[0]
+            suffix = path[len(kind) :]
 
             def cpu(name: str, runs_: list[dict[str, Any]] = mine) -> float:
                 return statistics.median(r["cpu_ms_per_call"].get(name, 0.0) for r in runs_)
@@ -77,7 +96,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 "workload": workload,
                 "sessions": sessions,
                 "path": path,
-                "label": LABELS[path],
+                "label": label_of(path),
                 "rounds": len(mine),
                 "calls_per_s": statistics.median(r["calls_per_s"] for r in mine),
                 "p50_ms": statistics.median(r["p50_ms"] for r in mine),
@@ -86,7 +105,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 "server_cpu_ci": bootstrap([r["cpu_ms_per_call"].get(procs[0], 0.0) for r in mine], cpu_rng)
                 if procs
                 else None,
-                "all_bridge_cpu_ms_per_call": total if path == "fwd" else None,
+                "all_bridge_cpu_ms_per_call": total if kind == "fwd" else None,
                 "calls_per_s_per_server_core": 1e3 / server if server else None,
                 "cpu_ms_per_call": {p: cpu(p) for p in [*procs, "upstream", "client"]},
                 "server_busy": statistics.median(r["busy"].get(procs[0], 0.0) for r in mine)
@@ -98,6 +117,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 "saturated": sorted({s for r in mine for s in r["saturated"]}),
                 "ratio_nginx": None,
                 "ratio_owner": None,
+                "ratio_baseline_cpu": None,
                 "added_p99_ms_over_nginx": None,
                 "added_p99_ms_over_direct": _paired(
                     mine, by_path["direct"], lambda a, b: a["p99_ms"] - b["p99_ms"], rng
@@ -113,10 +133,20 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 row["added_p99_ms_over_nginx"] = _paired(
                     mine, by_path["nginx"], lambda a, b: a["p99_ms"] - b["p99_ms"], rng
                 )
-            if path == "fwd":
+            if kind == "fwd":
                 row["ratio_owner"] = _paired(
-                    mine, by_path["mcp"], lambda a, b: a["calls_per_s"] / b["calls_per_s"], rng
+                    mine,
+                    by_path.get(f"mcp{suffix}", {}),
+                    lambda a, b: a["calls_per_s"] / b["calls_per_s"],
+                    rng,
                 )
+            if by_path.get(f"{path}@base") and procs:
+                me = procs[0]
+
+                def against(a: dict[str, Any], b: dict[str, Any], me: str = me) -> float:
+                    return float(a["cpu_ms_per_call"][me] / b["cpu_ms_per_call"][f"{me}@base"])
+
+                row["ratio_baseline_cpu"] = _paired(mine, by_path[f"{path}@base"], against, baseline_rng)
             out.append(row)
     small = {(r["sessions"], r["path"]): r for r in out if r["workload"] == "16B"}
     for row in out:  # CPU per KB: the 64 KiB workload's extra CPU over the 16-byte one, same sessions
@@ -225,16 +255,17 @@ def render(report: dict[str, Any]) -> str:
         "where client or upstream (core 0) was saturated (>= 90 % of a core): those rounds measured core 0.",
     ]
     head = (
-        f"{'load':<4} {'sess':>4} {'path':<31} {'calls/s':>7} {'/core':>6} {'CPU ms':>6} {'+owner':>6} {'p50':>6} {'p99':>7} "
+        f"{'load':<4} {'sess':>4} {'path':<32} {'calls/s':>7} {'/core':>6} {'CPU ms':>6} {'+owner':>6} {'p50':>6} {'p99':>7} "
         f"{'÷ nginx [95%]':>18} {'fwd÷owner [95%]':>18} {'p99+ vs nginx':>20} {'srv':>4} {'cli':>4} {'ups':>4} {'!':>2}"
     )
     lines += [head, "-" * len(head)]
     for row in rows:
-        fwd = row["path"] == "fwd"
+        procs = procs_of(row["path"])
+        owner = row["cpu_ms_per_call"][procs[1]] if len(procs) > 1 else None
         lines.append(
-            f"{row['workload']:<4} {row['sessions']:>4} {row['label']:<31} {row['calls_per_s']:7.0f} "
+            f"{row['workload']:<4} {row['sessions']:>4} {row['label']:<32} {row['calls_per_s']:7.0f} "
             f"{_num(row['calls_per_s_per_server_core'], '6.0f'):>6} {_num(row['server_cpu_ms_per_call'], '6.3f'):>6} "
-            f"{_num(row['cpu_ms_per_call']['owner'] if fwd else None, '6.3f'):>6} {row['p50_ms']:6.2f} {row['p99_ms']:7.2f} "
+            f"{_num(owner, '6.3f'):>6} {row['p50_ms']:6.2f} {row['p99_ms']:7.2f} "
             f"{_ci(row['ratio_nginx']):>18} {_ci(row['ratio_owner']):>18} {_ci(row['added_p99_ms_over_nginx']):>20} "
             f"{_num(row['server_busy'], '4.2f'):>4} {row['client_busy']:4.2f} {row['upstream_busy']:4.2f} {row['saturated_rounds'] or '':>2}"
         )
@@ -245,10 +276,21 @@ def render(report: dict[str, Any]) -> str:
             "CPU per KB (64 KiB argument + 64 KiB answer over the 16-byte call, same sessions), µs per KB:",
         ]
         for row in per_kb:
-            procs = PATH_PROCS[row["path"]] or ["upstream"]
+            procs = procs_of(row["path"]) or ["upstream"]
             lines.append(
-                f"  {row['sessions']:>3} sessions {row['label']:<31} "
+                f"  {row['sessions']:>3} sessions {row['label']:<32} "
                 + ", ".join(f"{p} {row['us_per_kb'][p]:.2f}" for p in [*procs, "client"])
+            )
+    against = [r for r in rows if r.get("ratio_baseline_cpu")]
+    if against:
+        lines += [
+            "",
+            f"against the baseline {report.get('baseline')}: CPU per call of the process under test ÷ the",
+            "baseline's on the same path, same rounds (< 1: this checkout costs less):",
+        ]
+        for row in against:
+            lines.append(
+                f"  {row['workload']:<4} {row['sessions']:>4} sessions {row['label']:<32} {_ci(row['ratio_baseline_cpu'], '.3f')}"
             )
     checks = targets(rows)
     if checks:

@@ -234,22 +234,30 @@ def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
     return proc
 
 
-def spawn_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge") -> Proc:
+def spawn_bridge(
+    workdir: Path, upstream_url: str | None, name: str = "bridge", env: dict[str, str] | None = None
+) -> Proc:
     """``gym-mcp-bridge serve`` (external mode when ``upstream_url`` is given), not waited for."""
     port = free_port()
     argv = [*BRIDGE, "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     if upstream_url:
         argv += ["--upstream-url", upstream_url]
-    proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET})
+    proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET, **(env or {})})
     proc.url = f"http://127.0.0.1:{port}"
     return proc
 
 
-def start_bridge(workdir: Path, upstream_url: str | None, name: str = "bridge", timeout: float = 240) -> Proc:
+def start_bridge(
+    workdir: Path,
+    upstream_url: str | None,
+    name: str = "bridge",
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+) -> Proc:
     """``spawn_bridge``, then wait; ``extra['ready_s']`` is the time from spawn to the first 200 from
     /readyz."""
     started = time.monotonic()
-    proc = spawn_bridge(workdir, upstream_url, name)
+    proc = spawn_bridge(workdir, upstream_url, name, env)
     _wait_http(proc, f"{proc.url}/readyz", timeout, poll=0.005)
     proc.extra["ready_s"] = time.monotonic() - started
     return proc

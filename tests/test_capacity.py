@@ -238,3 +238,83 @@ def test_a_run_without_nginx_plots_without_its_ratio(tmp_path: Path) -> None:
     assert rows and all(row["ratio_nginx"] is None for row in rows)
     assert capacity_report.plot(rows, tmp_path / "plot.png") is None
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(300)
+def test_a_baseline_revision_is_measured_in_the_same_rounds(tmp_path: Path) -> None:
+    """``--baseline REV`` runs the bridge paths a second time on REV's bridge, interleaved with the
+    checkout's: each path has its baseline row, every counter reads back exact on both, and the
+    report gives CPU per call ÷ the baseline's as a median with its interval."""
+    out = tmp_path / "capacity.json"
+    argv = ["--paths", "mcp,fwd", "--baseline", "HEAD", "--rounds", "3", "--levels", "1,4"]
+    argv += ["--size-levels", "", "--calls", "40", "--silent", "--plot", "", "--json", str(out)]
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.capacity", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert report["baseline"] == f"HEAD ({head.stdout.strip()})"
+    assert {(r["sessions"], r["path"]) for r in report["runs"]} == {
+        (n, p) for n in (1, 4) for p in ("mcp", "fwd", "mcp@base", "fwd@base")
+    }
+    assert all(r["counters_exact"] == r["sessions"] for r in report["runs"])
+    rows = {(r["sessions"], r["path"]): r for r in report["summary"]}
+    for sessions in (1, 4):
+        base = rows[(sessions, "fwd@base")]
+        assert (
+            base["label"] == "baseline MCP via non-owner (fwd)" and base["cpu_ms_per_call"]["owner@base"] > 0
+        )
+        for path in ("mcp", "fwd"):
+            median, low, high = rows[(sessions, path)]["ratio_baseline_cpu"]
+            assert 0 < low <= median <= high
+            assert rows[(sessions, f"{path}@base")]["ratio_baseline_cpu"] is None
+    assert f"against the baseline HEAD ({head.stdout.strip()})" in run.stdout
+
+
+@pytest.mark.timeout(120)
+def test_the_baseline_replicas_run_the_revisions_bridge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The baseline's replicas import ``bridge`` from the unpacked revision, not from the checkout they
+    are started in: a line added to the unpacked copy runs in the baseline's replicas only."""
+    from benchmarks.capacity import Capacity
+    from benchmarks.revisions import unpack_bridge
+
+    tree = unpack_bridge("HEAD", tmp_path / "baseline")
+    marks = tmp_path / "imported-by"
+    init = tree / "bridge" / "__init__.py"
+    init.write_text(
+        init.read_text() + "\nimport os\nwith open(os.environ['BASELINE_MARK'], 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+    )
+    monkeypatch.setenv("BASELINE_MARK", str(marks))
+    bench = Capacity(tmp_path, lambda text: None)
+    try:
+        bench.start(["mcp", "fwd", "mcp@base", "fwd@base"], tree)
+        pids = {int(line) for line in marks.read_text().split()}
+        assert pids == {bench.procs["owner@base"].pid, bench.procs["peer@base"].pid}
+    finally:
+        bench.stop()
+    with pytest.raises(procs.BenchError, match="--baseline no-such-revision"):
+        unpack_bridge("no-such-revision", tmp_path / "nothing")
+
+
+def test_a_path_and_its_baseline_run_back_to_back_taking_turns() -> None:
+    """Every round runs every path once; a path and its baseline are neighbours, each first in half
+    the rounds; every path leads a round in turn."""
+    from benchmarks.capacity import round_order
+
+    paths = [*PATHS, "rest@base", "mcp@base", "fwd@base"]
+    orders = [round_order(paths, r) for r in range(22)]
+    assert all(sorted(order) == sorted(paths) for order in orders)
+    for path in ("rest", "mcp", "fwd"):
+        spots = [(order.index(path), order.index(f"{path}@base")) for order in orders]
+        assert all(abs(mine - base) == 1 for mine, base in spots)
+        assert sum(mine < base for mine, base in spots) == len(orders) // 2
+    assert {order[0].partition("@")[0] for order in orders} == set(PATHS)
+    assert [round_order(PATHS, r)[0] for r in range(len(PATHS))] == PATHS
