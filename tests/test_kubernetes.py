@@ -71,7 +71,7 @@ def test_hosts_and_peers_as_the_bridge_checks_them(
     docs: list[dict[str, Any]], namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bridge's own Settings, default peers and DNS-rebinding allow-list, from pod 0's env."""
-    from bridge.http.guard import host_allowed, rebinding_protection
+    from bridge.http.guard import AllowList, rebinding_protection
     from bridge.peers import Peers, default_peers
     from bridge.settings import Settings
 
@@ -93,7 +93,7 @@ def test_hosts_and_peers_as_the_bridge_checks_them(
     assert not peers.allows("http://gym-mcp-bridge-7.gym-mcp-bridge-headless.other.svc:8000")
     assert not peers.allows("http://evil.example:8000")
 
-    allowed = rebinding_protection(settings, settings.host, advertise).allowed_hosts or []
+    allowed = AllowList(rebinding_protection(settings, settings.host, advertise).allowed_hosts or [])
     for host in (
         "localhost:8000",  # kubectl port-forward svc/gym-mcp-bridge 8000:8000
         "127.0.0.1:8000",
@@ -102,15 +102,15 @@ def test_hosts_and_peers_as_the_bridge_checks_them(
         f"gym-mcp-bridge.{namespace}.svc:8000",  # from any namespace, any cluster domain
         f"gym-mcp-bridge-0.gym-mcp-bridge-headless.{namespace}.svc:8000",  # mcp.url, and forwarded requests
     ):
-        assert host_allowed(host, allowed), host
+        assert host in allowed, host
     for host in ("evil.example:8000", f"gym-mcp-bridge-1.gym-mcp-bridge-headless.{namespace}.svc:8000"):
-        assert not host_allowed(host, allowed), host
+        assert host not in allowed, host
 
 
 def test_the_docs_name_the_service_as_the_manifests_accept_it(docs: list[dict[str, Any]]) -> None:
     """The Kubernetes instance block of docs/clients.md reaches the seed Service by a name its
     allow-list accepts, on any cluster domain."""
-    from bridge.http.guard import host_allowed, rebinding_protection
+    from bridge.http.guard import AllowList, rebinding_protection
     from bridge.settings import Settings
 
     text = (ROOT / "docs" / "clients.md").read_text()
@@ -122,11 +122,12 @@ def test_the_docs_name_the_service_as_the_manifests_accept_it(docs: list[dict[st
         allowed_hosts=env["GYM_MCP_BRIDGE_ALLOWED_HOSTS"],
         host=env["GYM_MCP_BRIDGE_HOST"],
     )
-    allowed = rebinding_protection(settings, settings.host, env["GYM_MCP_BRIDGE_ADVERTISE_URL"]).allowed_hosts
+    security = rebinding_protection(settings, settings.host, env["GYM_MCP_BRIDGE_ADVERTISE_URL"])
+    allowed = AllowList(security.allowed_hosts or [])
     for url in urls:
         host = url.removeprefix("http://").split("/")[0]
         assert "cluster.local" not in host
-        assert host_allowed(host, allowed or []), host
+        assert host in allowed, host
 
 
 FAKE_KUBECTL = r'''

@@ -328,6 +328,25 @@ def test_set_cookie_merges_by_name_as_a_browser_does() -> None:
     assert merge_cookies("", ["a=1", "b=2"]) == "a=1; b=2"
 
 
+def test_gyms_one_session_cookie_is_replaced_or_cleared_as_a_browser_does() -> None:
+    """A Gym server's jar holds its one session cookie, and every answer sets it again. The lines
+    are Starlette ``SessionMiddleware``'s own (its set and its clear format, as Gym 0.7's Starlette
+    1.10 writes them)."""
+    name = "SessionStateMgmtResourcesServer___example_session_state_mgmt"
+    jar = f"{name}=eyJhIjogMX0=.aAbB.sig1"
+    flags = "httponly; samesite=lax"
+    assert merge_cookies(jar, [f"{name}=eyJhIjogMn0=.aAbC.sig2; path=/; Max-Age=1209600; {flags}"]) == (
+        f"{name}=eyJhIjogMn0=.aAbC.sig2"
+    )
+    cleared = f"{name}=null; path=/; expires=Thu, 01 Jan 1970 00:00:00 GMT; {flags}"
+    assert merge_cookies(jar, [cleared]) == ""
+    assert merge_cookies(jar, [f"{name}=x; Max-Age=0"]) == ""
+    assert merge_cookies(jar, [f"{name}=y; Expires=Fri, 01 Jan 2100 00:00:00 GMT"]) == f"{name}=y"
+    assert merge_cookies(jar, ["other=1; path=/"]) == f"{jar}; other=1"
+    assert merge_cookies(jar, [f"{name}"]) == f"{name}="
+    assert merge_cookies(f" {jar} ", [f"{name}=z"]) == f"{name}=z"
+
+
 # -- the session's call log -----------------------------------------------------------------------------
 
 

@@ -480,6 +480,49 @@ async def test_dns_rebinding_allow_lists_are_configurable(log_dir: Path, upstrea
         off.stop()
 
 
+HOSTS = [
+    "localhost", "localhost:8000", "localhost:", "LOCALHOST:8000", "localhost.evil.example:8000",
+    "localhostevil:8000", "localhost:8000.evil.example", "127.0.0.1:1", "127.0.0.1", "[::1]:8000", "[::1]",
+    "::1", "gym.internal", "gym.internal:1", "gym.internal:*", "exact.example", "exact.example:1",
+    "bridge.svc:8000", "attacker.example", "", " localhost:8000",
+]  # fmt: skip
+ORIGINS = [
+    "", "http://localhost", "http://localhost:8000", "https://127.0.0.1:9", "http://localhost.evil.example",
+    "http://[::1]:1", "https://ui.example", "https://ui.example:443", "null", "http://attacker.example",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [None, ["gym.internal:*", "exact.example"]])
+async def test_rebinding_allow_lists_admit_exactly_what_the_mcp_sdk_admits(extra: list[str] | None) -> None:
+    """The guard's own Host/Origin check (one set lookup and one prefix test per request) against the
+    MCP SDK's ``TransportSecurityMiddleware`` on the same allow-lists, as its answer to each header
+    pair: what the SDK refuses the bridge refuses with the same status, and nothing else."""
+    from mcp.server.transport_security import TransportSecurityMiddleware
+    from starlette.requests import Request
+
+    from bridge.http.guard import AllowList, rebinding_protection, rebinding_refusal
+    from bridge.settings import Settings
+
+    security = rebinding_protection(
+        Settings(allowed_hosts=extra, allowed_origins=["https://ui.example"] if extra else None),
+        "bridge.svc",
+        "http://bridge.svc:8000",
+    )
+    sdk = TransportSecurityMiddleware(security)
+    hosts, origins = AllowList(security.allowed_hosts or []), AllowList(security.allowed_origins or [])
+    admitted = 0
+    for host in HOSTS:
+        for origin in ORIGINS:
+            headers = {b"host": host.encode(), **({b"origin": origin.encode()} if origin else {})}
+            request = Request({"type": "http", "method": "GET", "headers": list(headers.items())})
+            theirs = await sdk.validate_request(request)
+            ours = rebinding_refusal(headers, hosts, origins)
+            expected = None if theirs is None else theirs.status_code
+            assert (ours and ours[0]) == expected, (host, origin, ours, expected)
+            admitted += theirs is None
+    assert admitted > 10, "some pairs pass, so both sides were asked something"
+
+
 async def test_mcp_requires_a_valid_token_for_every_tool_call(log_dir: Path) -> None:
     bridge = shared_fault_bridge(log_dir)
     async with mcp_client(f"{bridge.url}/mcp") as client:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,20 +67,30 @@ def rebinding_protection(
     )
 
 
-def host_allowed(value: str, allowed: list[str]) -> bool:
-    """A Host or Origin against an allow-list whose ``name:*`` entries admit any port."""
-    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
+class AllowList:
+    """Host or Origin values against an allow-list whose ``name:*`` entries admit ``name:`` and any
+    port (the MCP SDK's rule), checked on every request: one set lookup, one ``startswith``."""
+
+    __slots__ = ("exact", "ports_of")
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        entries = list(entries)
+        self.exact = frozenset(entries)
+        self.ports_of = tuple(entry[:-1] for entry in entries if entry.endswith(":*"))
+
+    def __contains__(self, value: str) -> bool:
+        return value in self.exact or value.startswith(self.ports_of)
 
 
 def rebinding_refusal(
-    headers: dict[bytes, bytes], security: TransportSecuritySettings
+    headers: dict[bytes, bytes], hosts: AllowList, origins: AllowList
 ) -> tuple[int, str, str] | None:
     """(status, reason, kind) when the Host (421) or Origin (403) is outside the allow-lists."""
     host = headers.get(b"host", b"").decode("latin-1")
-    if not host_allowed(host, security.allowed_hosts or []):
+    if host not in hosts:
         return 421, f"Host {host!r} not allowed (allowed_hosts)", "host"
     origin = headers.get(b"origin", b"").decode("latin-1")
-    if origin and not host_allowed(origin, security.allowed_origins or []):
+    if origin and origin not in origins:
         return 403, f"Origin {origin!r} not allowed (allowed_origins)", "origin"
     return None
 
@@ -103,7 +113,9 @@ class Guard:
         self.mcp = mcp
         self.bridge = bridge
         self.settings = bridge.settings
-        self.security = security
+        self.rebinding = security.enable_dns_rebinding_protection
+        self.hosts = AllowList(security.allowed_hosts or [])
+        self.origins = AllowList(security.allowed_origins or [])
         self.mount = prefixes.mount_path(bridge.advertise_url)  # served under a path: advertise_url's
         # the app's lifespan (MCP session manager, sweeper, supervisor); the server runs it
         self.lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] = contextlib.nullcontext
@@ -126,8 +138,8 @@ class Guard:
             await self._refuse(scope, receive, send, 404, bad_prefix, "rollout_id", False)
             return
         found = dict(headers)
-        if self.security.enable_dns_rebinding_protection and path not in PROBE_PATHS:
-            refused = rebinding_refusal(found, self.security)
+        if self.rebinding and path not in PROBE_PATHS:
+            refused = rebinding_refusal(found, self.hosts, self.origins)
             if refused is not None:
                 await self._refuse(scope, receive, send, *refused, mcp)
                 return

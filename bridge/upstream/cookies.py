@@ -14,6 +14,12 @@ def merge_cookies(jar: str, set_cookies: list[str], now: float | None = None) ->
     """The ``Cookie`` header after the upstream's ``Set-Cookie`` lines, as a browser keeps it: each
     line replaces only the cookie of its own name, and one that expires it (``Max-Age`` <= 0 or an
     ``Expires`` in the past) removes it."""
+    if len(set_cookies) == 1 and ";" not in jar:  # Gym's answers: its one session cookie, set again
+        pair, _, after = set_cookies[0].partition(";")
+        name, equals, value = pair.strip().partition("=")
+        if name and equals and jar.strip().partition("=")[0] == name:
+            moment = time.time() if now is None else now
+            return "" if _expired(after.split(";"), moment) else f"{name}={value}"
     cookies: dict[str, str] = {}
     for pair in jar.split(";"):
         name, _, value = pair.strip().partition("=")
