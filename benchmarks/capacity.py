@@ -163,11 +163,11 @@ class Capacity:
         if (path, sessions) in self.crews:
             return self.crews[(path, sessions)]
         out = []
+        kind = plain(path)
+        seeder = self.procs[f"owner{path[len(kind) :]}"] if kind in BRIDGE_PATHS else self._target(path)
         for _ in range(sessions):
             seed = next(self.seeds)
             body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
-            kind, at, base = path.partition("@")
-            seeder = self.procs[f"owner{at}{base}"] if kind in BRIDGE_PATHS else self._target(path)
             seed_conn = await self._connect(seeder)
             host = {"host": seeder.url.removeprefix("http://")}
             status, raw, cookies = await seed_conn.call(raw_http.request("/seed_session", body, host))
