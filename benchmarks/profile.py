@@ -1,11 +1,12 @@
 """Where one replica's CPU goes per call, down to the kernel: ``perf`` on a capacity workload.
 
     make profile ARGS="--path fwd --sessions 1"   # perf, and Python 3.12 in .venv-profile
-    python -m benchmarks.profile --path fwd|mcp|rest|asgi|splice [--sessions N] [--calls N] [--hz 499]
+    python -m benchmarks.profile --path fwd|mcp|rest|asgi|splice [--work 16B|64KB] [--sessions N] [--calls N]
 
 Starts the processes of one capacity path (``benchmarks/capacity.py``: a bare upstream, the bridge
-replicas, the Python floors), warms the path up, then runs its workload once while ``perf record``
-samples the process under test (``fwd``: the non-owner) with DWARF call graphs. ``perf`` unwinds
+replicas, the Python floors), warms the path up, then runs one workload (``--work``: 16-byte calls,
+or 64 KiB arguments and answers) once while ``perf record`` samples the process under test
+(``fwd``: the non-owner) with DWARF call graphs. ``perf`` unwinds
 each stack from the sampled instruction up to the first Python frame it meets (the trampoline has
 no unwind information), so each sample is charged to its innermost Python function: a syscall or a
 C call counts where Python made it. Two exceptions: a sample whose innermost Python frame is
@@ -43,7 +44,7 @@ from pathlib import Path
 import uvloop
 
 from benchmarks import procs
-from benchmarks.capacity import Capacity, calls_for, under_test
+from benchmarks.capacity import SIZES, Capacity, calls_for, under_test
 from benchmarks.procs import BenchError
 
 PATHS = ("fwd", "mcp", "rest", "asgi", "splice")
@@ -143,14 +144,14 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
         process = under_test(args.path)
         target = bench.procs[process]
         calls = calls_for(args.calls, args.sessions)
-        await bench.run("16B", args.path, args.sessions, calls // 4 + 1, -1)  # warm-up, as capacity's
+        await bench.run(args.work, args.path, args.sessions, calls // 4 + 1, -1)  # warm-up, as capacity's
         data = workdir / "perf.data"
         record = ["perf", "record", "-q", "-F", str(args.hz), "--call-graph", "dwarf,32768"]
         recorder = subprocess.Popen(
             [*record, "-p", str(target.pid), "-o", str(data)], stdout=subprocess.DEVNULL
         )
         await asyncio.sleep(1.0)  # perf attached
-        run = await bench.run("16B", args.path, args.sessions, calls, 0)
+        run = await bench.run(args.work, args.path, args.sessions, calls, 0)
         recorder.send_signal(signal.SIGINT)
         if recorder.wait(60) not in (0, -signal.SIGINT) or not data.exists():
             raise BenchError(f"perf record exited with {recorder.returncode}")
@@ -167,7 +168,7 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
     cpu = run.cpu_ms_per_call[process]
     perf_version = subprocess.run(["perf", "version"], capture_output=True, text=True).stdout.strip()
     print(
-        f"profile: {args.path}, {args.sessions} session(s), {run.calls} calls at {run.calls_per_s:.0f}/s; "
+        f"profile: {args.path}, {args.work}, {args.sessions} session(s), {run.calls} calls at {run.calls_per_s:.0f}/s; "
         f"{process} (pid {target.pid}) {cpu:.3f} ms CPU per call under perf; Python {sys.version.split()[0]}, "
         f"{perf_version}, {args.hz} Hz, {sum(s.samples for s in shares)} samples"
     )
@@ -180,6 +181,9 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n")[0])
     p.add_argument("--path", choices=PATHS, default="fwd")
+    p.add_argument(
+        "--work", choices=tuple(SIZES), default="16B", help="16-byte calls or 64 KiB arguments and answers"
+    )
     p.add_argument("--sessions", type=int, default=1)
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--hz", type=int, default=499)

@@ -15,7 +15,7 @@ import datetime
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
+from bridge import exactjson
 
 
 class AuditLog:
@@ -48,7 +48,7 @@ class AuditLog:
             line["rollout_id"] = rollout_id
         if self.arguments:
             line["arguments"] = arguments
-        self._file.write(orjson.dumps(line, default=str) + b"\n")
+        self._file.write(exactjson.dumps(line, default=str) + b"\n")
 
     def close(self) -> None:
         self._file.close()

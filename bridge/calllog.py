@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from bridge import exactjson
+
 # ToolCallRecord.as_row: its fields in order, the arguments as JSON bytes where they read back equal
 LogRow = tuple[str, str, str, "bytes | dict[str, Any]", str, bool, float, float, int]
 
@@ -85,8 +87,8 @@ def _compact(arguments: dict[str, Any]) -> bytes | dict[str, Any]:
 def record_size(arguments: dict[str, Any], output: str) -> int:
     """Bytes a call's log entry holds: its arguments as JSON plus its output, both as UTF-8."""
     try:
-        argument_bytes = len(orjson.dumps(arguments))
-    except (orjson.JSONEncodeError, TypeError):
+        argument_bytes = len(exactjson.dumps(arguments))
+    except (TypeError, ValueError):
         argument_bytes = utf8_len(repr(arguments))
     return argument_bytes + utf8_len(output)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from bridge import exactjson
 from bridge.upstream import UpstreamRequestRefused, UpstreamResponse, UpstreamTimeout
 
 
@@ -65,7 +66,7 @@ def mcp_answered(response: UpstreamResponse, text: str, is_error: bool, structur
     """An MCP-native upstream's ``tools/call`` result, as that endpoint gave it."""
     return ToolOutcome(
         status=response.status_code,
-        body=orjson.dumps(structured) if structured is not None else text.encode(),
+        body=exactjson.dumps(structured) if structured is not None else text.encode(),
         content_type="application/json" if structured is not None else "text/plain; charset=utf-8",
         is_error=is_error,
         set_cookies=[],

@@ -19,10 +19,9 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 from opentelemetry.trace import SpanKind
 
-from bridge import discovery, outcomes, rollouts, tracing
+from bridge import discovery, exactjson, outcomes, rollouts, tracing
 from bridge import tools as tools_mod
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
@@ -284,7 +283,7 @@ class Bridge:
             raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", "unknown_tool")
         if name in self.mcp_native:
             return await self._call_mcp_native(session, name, arguments, transport, emitted)
-        body = orjson.dumps(arguments)
+        body = exactjson.dumps(arguments)
         started = time.time()
         clock = time.perf_counter()
         try:
@@ -402,7 +401,7 @@ class Bridge:
                 self.metrics.normalizations.labels(convention).inc()
             answer = await self.forward(
                 "/verify",
-                orjson.dumps(prepared.scoring),
+                exactjson.dumps(prepared.scoring),
                 session.cookie if session is not None else cookies,
                 timeout=self.settings.verify_timeout_s,
                 rollout=rollout,

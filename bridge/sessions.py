@@ -24,8 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from bridge import exactjson
 from bridge.calllog import LogRow, ToolCallRecord
 from bridge.tools import ToolSet
 
@@ -125,7 +124,7 @@ class Session:
 
     @property
     def row(self) -> dict[str, Any]:
-        value = orjson.loads(self.row_json)
+        value = exactjson.loads(self.row_json)
         return value if isinstance(value, dict) else {}
 
     @property

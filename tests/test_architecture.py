@@ -44,7 +44,7 @@ SERVICE_LEVEL = frozenset(
         "tracing",
     )
 )
-LEAVES = frozenset({"bridge.rollouts"})  # import nothing of bridge/; every layer may import them
+LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson"})  # import nothing of bridge/; all may import
 ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
 
 

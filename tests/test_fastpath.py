@@ -13,6 +13,7 @@ path answered.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -70,9 +71,10 @@ class Harness:
             **headers,
         }
         before = self.endpoint.fast_calls
-        fast = await self.fast.post("/mcp", content=orjson.dumps(message), headers=_with(base, fast_token))
+        body = json.dumps(message, separators=(",", ":")).encode()  # integers past 64 bits too
+        fast = await self.fast.post("/mcp", content=body, headers=_with(base, fast_token))
         took_fast = self.endpoint.fast_calls > before
-        sdk = await self.sdk.post("/mcp", content=orjson.dumps(message), headers=_with(base, sdk_token))
+        sdk = await self.sdk.post("/mcp", content=body, headers=_with(base, sdk_token))
         return fast, sdk, took_fast
 
 
@@ -154,6 +156,19 @@ async def _calls_alike(harness: Harness, version: str | None) -> None:
     )
     assert took_fast and fast.json()["result"]["structuredContent"] == {"count": 8}
     same(fast, sdk)
+    # An integer past 64 bits reaches Gym exact on both paths (orjson alone would send a float,
+    # which Gym's int field refuses), and comes back exact in the text and structuredContent.
+    wide = 2**64 + 1
+    for request_id, (name, arguments) in enumerate(
+        [("increment_counter", {"count": wide}), ("get_counter_value", {})], start=10
+    ):
+        fast, sdk, took_fast = await harness.both(
+            call(name, arguments, request_id, meta), era_headers(version, name), fast_token, sdk_token
+        )
+        same(fast, sdk)
+        assert took_fast and fast.json()["result"]["isError"] is False, fast.text
+    counted = json.loads(fast.json()["result"]["content"][0]["text"])["count"]
+    assert type(counted) is int and counted == 8 + wide
 
 
 async def test_refusals_answer_alike_on_both_paths(harness: Harness) -> None:

@@ -139,7 +139,7 @@ def test_the_audit_log_has_one_line_per_call_and_arguments_only_when_asked(
         for bridge in bridges:
             bridge.start(log_dir, timeout=240)
             token = seed(bridge, tools_row("increment_counter", "fail_500"))
-            for count in (2, 5):
+            for count in (2, 5, 2**64 + 1):  # the last past 64 bits: written exact, as Gym read it
                 httpx.post(
                     f"{bridge.url}/increment_counter",
                     json={"count": count},
@@ -154,9 +154,10 @@ def test_the_audit_log_has_one_line_per_call_and_arguments_only_when_asked(
     assert [(x["tool"], x["outcome"], x["transport"]) for x in lines] == [
         ("increment_counter", "ok", "http"),
         ("increment_counter", "ok", "http"),
+        ("increment_counter", "ok", "http"),
         ("fail_500", "upstream_error", "http"),
     ]
     assert all("arguments" not in x and len(x["session"]) == 16 and x["latency_ms"] > 0 for x in lines)
     assert len({x["session"] for x in lines}) == 1 and token not in plain.read_text()
     with_args = [json.loads(line) for line in full.read_text().splitlines()]
-    assert [x.get("arguments") for x in with_args] == [{"count": 2}, {"count": 5}, {}]
+    assert [x.get("arguments") for x in with_args] == [{"count": 2}, {"count": 5}, {"count": 2**64 + 1}, {}]

@@ -16,9 +16,10 @@ from bridge.upstream import UpstreamResponse
 JSON = [(b"content-type", b"application/json")]
 
 
-def test_json_beyond_64_bit_integers_parses() -> None:
-    answer = UpstreamResponse(200, JSON, b'{"n": 1180591620717411303424, "m": [1.5, -2]}')
-    assert answer.json() == {"n": 2**70, "m": [1.5, -2]}
+def test_json_beyond_64_bit_integers_parses_exact() -> None:
+    # 2**70 + 1: no float holds it, so a float would not compare equal (2**70 alone would)
+    answer = UpstreamResponse(200, JSON, b'{"n": 1180591620717411303425, "m": [1.5, -2]}')
+    assert repr(answer.json()) == repr({"n": 2**70 + 1, "m": [1.5, -2]})
 
 
 @pytest.mark.parametrize("body", [b'{"n": NaN}', b'{"n": Infinity}', b'{"n": -Infinity}', b"{not json"])

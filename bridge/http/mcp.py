@@ -43,7 +43,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import __version__
+from bridge import __version__, exactjson
 from bridge.http.forwarding import Forwarding
 from bridge.http.mcp_results import Reply, Results, accepts_json, call_result, error_answer, meta_valid
 from bridge.http.requests import read_body, text_headers
@@ -261,7 +261,7 @@ class _FastPath:
     ) -> tuple[str, int | str, str, dict[str, Any] | None] | None:
         """(revision, request id, tool name, arguments) of a call the fast path can answer, else None."""
         try:
-            message = orjson.loads(body)
+            message = exactjson.loads(body)
         except orjson.JSONDecodeError:
             return None
         if (

@@ -17,6 +17,7 @@ import orjson
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
+from bridge import exactjson
 from bridge.service import Rejected
 
 
@@ -143,7 +144,7 @@ async def read_object(
             f"JSON body nested too deeply (limit {max_depth} levels; max_json_depth)", "json_depth"
         )
     try:
-        value = orjson.loads(body)
+        value = exactjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise Rejected(f"malformed JSON body: {exc}".splitlines()[0], "json") from exc
     if not isinstance(value, dict):

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bridge import exactjson
 from bridge import tools as tools_mod
 from bridge.http import skew
 from bridge.http.forwarding import Forwarding
@@ -138,7 +139,9 @@ class RestSurface:
         else:
             payload["mcp"] = metadata
         out = add_cookies(
-            Response(orjson.dumps(payload), status_code=response.status_code, media_type="application/json"),
+            Response(
+                exactjson.dumps(payload), status_code=response.status_code, media_type="application/json"
+            ),
             response.header_list("set-cookie"),
         )
         return self._with_session_cookie(out, session)
@@ -256,7 +259,7 @@ class RestSurface:
         try:
             with open(boot.example_rows, encoding="utf-8") as rows:
                 first = next((line for line in rows if line.strip()), None)
-            row = orjson.loads(first) if first is not None else None
+            row = exactjson.loads(first) if first is not None else None
         except (OSError, orjson.JSONDecodeError) as exc:
             raise Rejected(f"cannot read {boot.example_rows}: {exc}".splitlines()[0], "example_row") from exc
         if not isinstance(row, dict):

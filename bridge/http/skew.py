@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.responses import Response
 
+from bridge import exactjson
 from bridge.http.responses import add_cookies, upstream_response
 from bridge.upstream import UpstreamResponse
 
@@ -80,5 +80,5 @@ def annotate(response: UpstreamResponse, gym_version: str | None) -> Response:
     if not fields:
         return upstream_response(response)
     payload["_bridge"] = {"version_skew": note(fields, gym_version)}
-    out = Response(orjson.dumps(payload), status_code=422, media_type=response.content_type)
+    out = Response(exactjson.dumps(payload), status_code=422, media_type=response.content_type)
     return add_cookies(out, response.header_list("set-cookie"))

@@ -29,8 +29,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
+from bridge import exactjson
 from bridge.scoring.conventions import CONVENTIONS, flat_name, render, renderings, splits
 
 __all__ = [
@@ -129,12 +128,12 @@ def canonical_arguments(arguments: Any) -> bytes | None:
     """Arguments (a JSON string, or already a value) as sorted compact JSON; None if not JSON."""
     if isinstance(arguments, str):
         try:
-            arguments = orjson.loads(arguments)
-        except orjson.JSONDecodeError:
+            arguments = exactjson.loads(arguments)
+        except exactjson.JSONDecodeError:
             return None
     try:
-        return orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
+        return exactjson.dumps_sorted(arguments)
+    except (TypeError, ValueError):
         return None
 
 

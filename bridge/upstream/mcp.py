@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from bridge import exactjson
 from bridge.upstream import Upstream, UpstreamResponse
 
 log = logging.getLogger("gym_mcp_bridge.upstream_mcp")
@@ -57,7 +58,7 @@ def _payload(response: UpstreamResponse) -> dict[str, Any] | None:
                 raw = line[5:].strip()
                 break
     try:
-        value = orjson.loads(raw)
+        value = exactjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) and value.get("jsonrpc") == "2.0" else None
@@ -66,7 +67,7 @@ def _payload(response: UpstreamResponse) -> dict[str, Any] | None:
 async def _request(
     upstream: Upstream, method: str, params: dict[str, Any], headers: dict[str, str] | None, timeout: float
 ) -> tuple[UpstreamResponse, dict[str, Any] | None]:
-    body = orjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
+    body = exactjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
     response = await upstream.post(MCP_PATH, body, _headers(headers), timeout=timeout)
     return response, _payload(response)
 

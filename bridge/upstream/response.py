@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from bridge import exactjson
 from bridge.upstream.cookies import merge_cookies
 
 
@@ -68,7 +69,7 @@ class UpstreamResponse:
     def json(self) -> Any:
         """The body as JSON; ValueError when it is not."""
         try:
-            return orjson.loads(self.content)
+            return exactjson.loads(self.content)
         except orjson.JSONDecodeError:  # integers beyond 64 bits are JSON too; NaN and Infinity are not
             return json.loads(self.content, parse_constant=_not_json)
 

@@ -1,0 +1,185 @@
+"""Numbers reach Gym and come back exactly as a client wrote them, as they do over plain HTTP.
+
+orjson reads an integer outside ``[-2**63, 2**64)`` as a float; Gym's servers (Starlette's
+``json.loads``, pydantic) keep it exact. The oracle here is Gym itself: the same row and the same
+calls sent straight to a real Gym counter server (``example_session_state_mgmt``), whose state and
+``/verify`` reward the bridge's must equal -- over MCP with the official SDK client, over raw
+``POST /mcp`` (the fast path), over the REST surface, and through ``/verify`` with the seeded row.
+The unit half checks ``bridge.exactjson`` against the standard library's parser, which is what
+Starlette hands a Gym server.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge import exactjson
+from tests.conftest import HEADER, counter_row, mcp_client
+
+pytestmark = pytest.mark.anyio
+
+# past 64 bits both ways, 2**64 itself (a float holds it exactly: a float would still pass for it
+# in ==), and one with more digits than any float keeps
+WIDE = [2**64 + 1, -(2**63) - 1, 2**64, 10**30 + 7]
+ACCEPT = "application/json, text/event-stream"
+
+
+def gym_response() -> dict[str, Any]:
+    """A Responses object with the fields Gym's verify models require."""
+    return {
+        "id": "resp_exact_numbers",
+        "object": "response",
+        "created_at": 0,
+        "model": "exact-numbers-test",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+def post_json(
+    http: httpx.Client, path: str, value: Any, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """POST ``value`` encoded by the standard library (orjson cannot write these integers)."""
+    return http.post(
+        path, content=json.dumps(value), headers={"content-type": "application/json", **(headers or {})}
+    )
+
+
+def direct(upstream: str, wide: int) -> tuple[Any, Any]:
+    """Gym's own answer: seed 0 expecting ``wide``, add ``wide``, read the counter, verify."""
+    row = counter_row(0, wide)
+    with httpx.Client(base_url=upstream, timeout=60) as http:
+        post_json(http, "/seed_session", row).raise_for_status()
+        post_json(http, "/increment_counter", {"count": wide}).raise_for_status()
+        state = json.loads(post_json(http, "/get_counter_value", {}).content)
+        verdict = json.loads(post_json(http, "/verify", {**row, "response": gym_response()}).content)
+    return state["count"], verdict["reward"]
+
+
+def seed(http: httpx.Client, wide: int) -> str:
+    answer = post_json(http, "/seed_session", counter_row(0, wide))
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["mcp"]["headers"][HEADER])
+
+
+def verify(http: httpx.Client, token: str) -> Any:
+    answer = post_json(http, "/verify", {"response": gym_response()}, {HEADER: token})
+    assert answer.status_code == 200, answer.text
+    return json.loads(answer.content)["reward"]
+
+
+@pytest.fixture
+def bridged(gym_upstream: Any, spawn_bridge: Any) -> tuple[str, str]:
+    upstream = gym_upstream()
+    return upstream.url, spawn_bridge(["--upstream-url", upstream.url]).url
+
+
+@pytest.mark.parametrize("wide", WIDE)
+def test_rest_and_the_fast_path_pass_wide_integers_as_gym_reads_them(
+    bridged: tuple[str, str], wide: int
+) -> None:
+    upstream, bridge = bridged
+    count, reward = direct(upstream, wide)
+    assert type(count) is int and count == wide and reward == 1.0  # Gym's own word
+
+    with httpx.Client(base_url=bridge, timeout=60) as http:  # the REST surface, Gym's contract
+        token = seed(http, wide)
+        headers = {HEADER: token}
+        assert post_json(http, "/increment_counter", {"count": wide}, headers).status_code == 200
+        state = json.loads(post_json(http, "/get_counter_value", {}, headers).content)
+        assert type(state["count"]) is int and state["count"] == count
+        assert verify(http, token) == reward
+
+    with httpx.Client(base_url=bridge, timeout=60) as http:  # POST /mcp as one raw request each
+        token = seed(http, wide)
+        headers = {HEADER: token, "accept": ACCEPT}
+        texts = []
+        for request_id, (name, arguments) in enumerate(
+            [("increment_counter", {"count": wide}), ("get_counter_value", {})]
+        ):
+            message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}  # fmt: skip
+            result = json.loads(post_json(http, "/mcp", message, headers).content)["result"]
+            assert result["isError"] is False, result
+            texts.append(result)
+        assert json.loads(texts[1]["content"][0]["text"]) == {"count": count}
+        assert texts[1]["structuredContent"] == {"count": count}
+        assert type(texts[1]["structuredContent"]["count"]) is int
+        assert verify(http, token) == reward
+
+
+async def test_the_mcp_sdk_client_passes_a_wide_integer_as_gym_reads_it(bridged: tuple[str, str]) -> None:
+    upstream, bridge = bridged
+    wide = WIDE[0]
+    count, reward = direct(upstream, wide)
+    with httpx.Client(base_url=bridge, timeout=60) as http:
+        token = seed(http, wide)
+    async with mcp_client(f"{bridge}/mcp", token) as client:
+        added = await client.call_tool("increment_counter", {"count": wide})
+        assert not added.is_error, added
+        read = await client.call_tool("get_counter_value", {})
+    assert read.structured_content == {"count": count}
+    assert type(read.structured_content["count"]) is int
+    with httpx.Client(base_url=bridge, timeout=60) as http:
+        assert verify(http, token) == reward
+
+
+def test_a_row_with_a_wide_integer_is_verified_as_seeded(bridged: tuple[str, str]) -> None:
+    """The seeded row goes back to Gym's ``/verify`` with its integers as seeded: with one past 64
+    bits Gym scores the rollout it would score directly, and a near miss (one less) still scores 0."""
+    upstream, bridge = bridged
+    wide = WIDE[0]
+    rewards = []
+    for added in (wide, wide - 1):
+        with httpx.Client(base_url=bridge, timeout=60) as http:  # a client each: Gym's cookie is its own
+            token = seed(http, wide)
+            assert post_json(http, "/increment_counter", {"count": added}, {HEADER: token}).status_code == 200
+            rewards.append(verify(http, token))
+    assert rewards == [direct(upstream, wide)[1], 0.0] == [1.0, 0.0]
+
+
+# -- bridge.exactjson against the standard library ------------------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_exactjson_reads_what_the_standard_library_reads(value: Any) -> None:
+    text = json.dumps(value)
+    read = exactjson.loads(text)
+    assert read == json.loads(text)
+    assert repr(read) == repr(json.loads(text))  # an int stays an int, a float a float
+    assert exactjson.loads(exactjson.dumps(read)) == read
+
+
+@pytest.mark.parametrize("wide", [*WIDE, 2**63, 2**64 - 1, -(2**63)])
+def test_exactjson_keeps_each_edge_integer(wide: int) -> None:
+    text = f'{{"n": {wide}, "f": 1.5}}'
+    assert repr(exactjson.loads(text)) == repr({"n": wide, "f": 1.5})
+    assert exactjson.dumps({"n": wide}) == f'{{"n":{wide}}}'.encode()
+    assert exactjson.dumps_sorted({"z": 1, "a": wide}) == f'{{"a":{wide},"z":1}}'.encode()
+
+
+def test_exactjson_refuses_what_it_cannot_read_exactly_as_json_it_cannot_read() -> None:
+    # deeper than the standard library's recursion allows, with a wide integer inside: a parse error
+    # the callers already turn into a one-line refusal, not a RecursionError (a 500)
+    with pytest.raises(exactjson.JSONDecodeError):
+        exactjson.loads("[" * 1000 + str(2**64 + 1) + "]" * 1000)
+    assert exactjson.loads("[" * 1000 + "1" + "]" * 1000) is not None  # orjson alone reads it
