@@ -24,6 +24,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import ssl
 import sys
 import tempfile
 import time
@@ -62,6 +63,16 @@ class UpstreamStartError(Exception):
     """The upstream could not be started or reached; str(exc) says what and how to fix it."""
 
 
+def tls_verification(url: str | None) -> ssl.SSLContext | bool:
+    """What the upstream's httpx client verifies TLS with. An ``https`` upstream: the CA bundle, as
+    httpx does by default. Any other (a managed child, an ``http`` URL) is only ever spoken to in
+    plain HTTP, redirects not followed: a context that trusts no certificate at all, so a TLS peer
+    is refused, without loading the CA bundle for nothing (≈ 40 ms of every restart)."""
+    if url is not None and url.lower().startswith("https:"):
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names; trusts none
+
+
 class Upstream:
     """The Gym resources server behind the bridge: started and supervised here (managed mode) or
     reached at its URL (external), and ``post``, the one way a request gets to it. ``generation``
@@ -86,6 +97,7 @@ class Upstream:
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             timeout=httpx.Timeout(settings.tool_timeout_s, connect=5.0),
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=60),
+            verify=tls_verification(self.url),
         )
         # Tool calls and other POSTs to a plain-http upstream go through this lean keep-alive pool
         # (see KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
