@@ -1,9 +1,9 @@
 """``UpstreamResponse``: how the bridge reads an upstream's answer on the hot path.
 
-What a tool call's ``structuredContent`` and text are built from, so each reading is pinned: JSON with
-integers beyond 64 bits (valid JSON that orjson refuses) still parses, NaN/Infinity (not JSON) are
-refused rather than passed on as floats no client can parse, header names match case-insensitively
-and repeat (Set-Cookie), and the text decodes as httpx decodes it.
+What a tool call's ``structuredContent`` and text are built from, so each reading is pinned: JSON
+with integers beyond 64 bits parses with each integer exact (orjson alone reads them as floats),
+NaN/Infinity (not JSON) are refused rather than passed on as floats no client can parse, header
+names match case-insensitively and repeat (Set-Cookie), and the text decodes as httpx decodes it.
 """
 
 from __future__ import annotations

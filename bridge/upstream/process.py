@@ -67,7 +67,7 @@ def tls_verification(url: str | None) -> ssl.SSLContext | bool:
     """What the upstream's httpx client verifies TLS with. An ``https`` upstream: the CA bundle, as
     httpx does by default. Any other (a managed child, an ``http`` URL) is only ever spoken to in
     plain HTTP, redirects not followed: a context that trusts no certificate at all, so a TLS peer
-    is refused, without loading the CA bundle for nothing (≈ 40 ms of every restart)."""
+    is refused, without loading the CA bundle for nothing (15 to 40 ms of CPU and 1.4 MB at a start)."""
     if url is not None and url.lower().startswith("https:"):
         return True
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names; trusts none

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import json
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from bridge import exactjson
 from bridge.upstream.cookies import merge_cookies
@@ -67,12 +64,6 @@ class UpstreamResponse:
         return self.content.decode(charset, errors="replace")
 
     def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
-        try:
-            return exactjson.loads(self.content)
-        except orjson.JSONDecodeError:  # integers beyond 64 bits are JSON too; NaN and Infinity are not
-            return json.loads(self.content, parse_constant=_not_json)
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
+        """The body as JSON, every integer exact; ValueError when it is not JSON (NaN and Infinity
+        are not)."""
+        return exactjson.loads(self.content)
