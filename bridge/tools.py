@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
-import orjson
+
+from bridge import exactjson
 
 RESERVED = frozenset({"seed_session", "verify", "close_session", "aggregate_metrics", "reverify_mode", "mcp"})
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # the MCP spec's tool-name rule
@@ -184,9 +185,7 @@ class ToolSets:
 
     def _intern(self, specs: list[ToolSpec]) -> ToolSet:
         key = hashlib.blake2b(
-            orjson.dumps(
-                [(s.name, s.description, s.input_schema) for s in specs], option=orjson.OPT_SORT_KEYS
-            ),
+            exactjson.dumps_sorted([(s.name, s.description, s.input_schema) for s in specs]),
             digest_size=16,
         ).digest()
         found = self._interned.get(key)

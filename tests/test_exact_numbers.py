@@ -132,6 +132,49 @@ async def test_the_mcp_sdk_client_passes_a_wide_integer_as_gym_reads_it(bridged:
         assert verify(http, token) == reward
 
 
+def test_gyms_verify_answer_comes_back_with_the_rows_wide_integer(bridged: tuple[str, str]) -> None:
+    """Gym's ``/verify`` answer echoes the row's ``responses_create_params``: the bridge passes that
+    answer on (names restored, ``_bridge`` added) with the integer as Gym wrote it."""
+    upstream, bridge = bridged
+    wide = WIDE[0]
+    row = counter_row(0, 0)
+    row["responses_create_params"] = {**row["responses_create_params"], "max_output_tokens": wide}
+    with httpx.Client(base_url=upstream, timeout=60) as http:
+        post_json(http, "/seed_session", row).raise_for_status()
+        gym = json.loads(post_json(http, "/verify", {**row, "response": gym_response()}).content)
+    echoed = gym["responses_create_params"]["max_output_tokens"]
+    assert echoed == wide and type(echoed) is int  # Gym's own answer
+    with httpx.Client(base_url=bridge, timeout=60) as http:
+        answer = post_json(http, "/seed_session", row)
+        assert answer.status_code == 200, answer.text
+        token = str(answer.json()["mcp"]["headers"][HEADER])
+        answer = post_json(http, "/verify", {"response": gym_response()}, {HEADER: token})
+    assert answer.status_code == 200, answer.text
+    verdict = json.loads(answer.content)
+    assert verdict["responses_create_params"]["max_output_tokens"] == echoed
+    assert verdict["reward"] == gym["reward"] == 1.0
+
+
+async def test_a_rows_tool_schema_keeps_its_wide_integer(bridged: tuple[str, str]) -> None:
+    """A row that declares its tools (the session's tools come from the row first) with an integer
+    past 64 bits in a schema seeds, and lists that schema as written."""
+    _, bridge = bridged
+    schema = {"type": "object", "properties": {"count": {"type": "integer", "maximum": 10**30}}}
+    row = counter_row(0, 1)
+    row["responses_create_params"] = {
+        **row["responses_create_params"],
+        "tools": [{"type": "function", "name": "increment_counter", "parameters": schema}],
+    }
+    with httpx.Client(base_url=bridge, timeout=60) as http:
+        answer = post_json(http, "/seed_session", row)
+        assert answer.status_code == 200, answer.text
+        token = str(answer.json()["mcp"]["headers"][HEADER])
+    async with mcp_client(f"{bridge}/mcp", token) as client:
+        listed = (await client.list_tools()).tools
+    assert [tool.name for tool in listed] == ["increment_counter"]
+    assert listed[0].input_schema["properties"]["count"]["maximum"] == 10**30
+
+
 def test_a_row_with_a_wide_integer_is_verified_as_seeded(bridged: tuple[str, str]) -> None:
     """The seeded row goes back to Gym's ``/verify`` with its integers as seeded: with one past 64
     bits Gym scores the rollout it would score directly, and a near miss (one less) still scores 0."""

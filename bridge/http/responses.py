@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.responses import JSONResponse, Response
 
+from bridge import exactjson
 from bridge.service import Rejected
 from bridge.upstream import UpstreamResponse
 
@@ -50,7 +50,9 @@ def error(status: int, reason: str, retry_after: int | None = None) -> JSONRespo
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        exactjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def add_cookies(response: Response, set_cookies: list[str]) -> Response:
