@@ -7,7 +7,8 @@ output, in UTF-8 bytes), measured once when it is built, which the session regis
 against its log byte budgets.
 
 A session log keeps each record as a plain tuple of strings, numbers and bytes (``as_row``, the
-arguments as their JSON when that reads back equal; ``from_row`` gives the record back). Python's
+arguments as the JSON the upstream received for a call the bridge served, else as their own JSON
+when that reads back equal; ``from_row`` gives the record back, integers exact). Python's
 cyclic garbage collector watches every instance of a class and every tuple holding a dict, and
 drops a tuple of such atomic values from its watch after one pass: a bridge holding a few hundred
 thousand logged calls otherwise has every full collection walk all of them, a pause of 100 ms and
@@ -57,17 +58,19 @@ class ToolCallRecord:
     def from_row(cls, row: LogRow) -> ToolCallRecord:
         arguments = row[3]
         if isinstance(arguments, bytes):
-            arguments = orjson.loads(arguments)
+            arguments = exactjson.loads(arguments)
         return cls(row[0], row[1], row[2], arguments, row[4], row[5], row[6], row[7], row[8])
 
     @classmethod
     def served(
         cls, name: str, emitted: str | None, arguments: dict[str, Any], output: str, is_error: bool,
-        started: float, elapsed: float,
+        started: float, elapsed: float, sent: bytes | None = None,
     ) -> ToolCallRecord:  # fmt: skip
-        """The record of a call just served, under a fresh ``call_id``."""
+        """The record of a call just served, under a fresh ``call_id``. ``sent``: the arguments as the
+        upstream received them (``exactjson.dumps``), which the log keeps as they are; without it,
+        they are encoded here and kept as bytes only where those read back equal."""
         call_id = f"call_{secrets.token_hex(12)}"
-        packed = _compact(arguments)  # one encoding for the log and the size
+        packed = sent if sent is not None else _compact(arguments)  # one encoding for the log and the size
         size = len(packed) + utf8_len(output) if isinstance(packed, bytes) else record_size(arguments, output)
         return cls(
             call_id, emitted or name, name, arguments, output, is_error, started, elapsed, size, packed

@@ -293,7 +293,7 @@ class Bridge:
             session.cookie = response.cookie_jar(session.cookie)
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
-        self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
+        self._finish(session, name, arguments, transport, emitted, outcome, started, clock, body)
         return outcome
 
     async def _call_mcp_native(
@@ -328,11 +328,13 @@ class Bridge:
         outcome: ToolOutcome,
         started: float,
         clock: float,
+        sent: bytes | None = None,
     ) -> None:
-        """Log the call in the session and count it."""
+        """Log the call in the session (with ``sent``, the arguments as the upstream received them)
+        and count it."""
         elapsed = time.perf_counter() - clock
         record = ToolCallRecord.served(
-            name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed
+            name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed, sent
         )
         self.sessions.record(session, record)
         label = (

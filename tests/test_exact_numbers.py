@@ -175,6 +175,27 @@ async def test_a_rows_tool_schema_keeps_its_wide_integer(bridged: tuple[str, str
     assert listed[0].input_schema["properties"]["count"]["maximum"] == 10**30
 
 
+def test_the_recorded_trajectory_names_the_call_as_gym_received_it(bridged: tuple[str, str]) -> None:
+    """The session log keeps the arguments as the upstream received them; the ``recorded``
+    trajectory built from it reaches Gym's ``/verify``, whose answer echoes it, with the integer
+    exact -- and scores as Gym scores the same rollout directly."""
+    upstream, bridge = bridged
+    wide = WIDE[0]
+    with httpx.Client(base_url=bridge, timeout=60) as http:
+        token = seed(http, wide)
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "increment_counter", "arguments": {"count": wide}}}  # fmt: skip
+        called = post_json(http, "/mcp", message, {HEADER: token, "accept": ACCEPT})
+        assert json.loads(called.content)["result"]["isError"] is False, called.text
+        answer = post_json(http, "/verify", {"trajectory": {"format": "recorded"}}, {HEADER: token})
+    assert answer.status_code == 200, answer.text
+    verdict = json.loads(answer.content)
+    calls = [item for item in verdict["response"]["output"] if item["type"] == "function_call"]
+    assert [json.loads(call["arguments"]) for call in calls] == [{"count": wide}]
+    assert type(json.loads(calls[0]["arguments"])["count"]) is int
+    assert verdict["reward"] == direct(upstream, wide)[1] == 1.0
+
+
 def test_a_row_with_a_wide_integer_is_verified_as_seeded(bridged: tuple[str, str]) -> None:
     """The seeded row goes back to Gym's ``/verify`` with its integers as seeded: with one past 64
     bits Gym scores the rollout it would score directly, and a near miss (one less) still scores 0."""

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from bridge import exactjson
 from bridge.calllog import ToolCallRecord, record_size
 from bridge.sessions import (
     DROPPED_SHOWN,
@@ -225,6 +226,20 @@ def test_the_log_reads_back_every_argument_exactly_and_stays_out_of_the_collecto
     gc.collect()
     rows = session._calls or []
     assert [gc.is_tracked(row) for row in rows] == [False, True, True, True, False]
+
+
+def test_a_served_call_keeps_the_arguments_as_the_upstream_received_them() -> None:
+    """What ``Bridge.call_tool`` sent is the log's copy as it is (not encoded and read back again),
+    the record's size is measured from it, and it reads back with every integer exact."""
+    sessions = registry()
+    session = open_session(sessions)
+    arguments = {"count": 2**64 + 1, "text": "é"}
+    sent = exactjson.dumps(arguments)
+    record = ToolCallRecord.served("increment_counter", None, arguments, "ok", False, 0, 0, sent)
+    assert record.as_row()[3] is sent
+    assert record.size == len(sent) + len("ok")
+    sessions.record(session, record)
+    assert repr(session.calls[0].arguments) == repr(arguments)
 
 
 def test_max_calls_logged_drops_later_calls_and_names_them() -> None:
