@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from bridge import exactjson
 from tests.conftest import HEADER, counter_row, mcp_client
+from tests.fixtures.helpers import gym_response
 
 pytestmark = pytest.mark.anyio
 
@@ -28,20 +29,6 @@ pytestmark = pytest.mark.anyio
 # in ==), and one with more digits than any float keeps
 WIDE = [2**64 + 1, -(2**63) - 1, 2**64, 10**30 + 7]
 ACCEPT = "application/json, text/event-stream"
-
-
-def gym_response() -> dict[str, Any]:
-    """A Responses object with the fields Gym's verify models require."""
-    return {
-        "id": "resp_exact_numbers",
-        "object": "response",
-        "created_at": 0,
-        "model": "exact-numbers-test",
-        "output": [],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
 
 
 def post_json(

@@ -61,6 +61,7 @@ from tests.fixtures.helpers import (
     claims_of,
     fault_env,
     forge,
+    gym_response,
     metric,
     rpc_call,
     text_of,
@@ -256,20 +257,6 @@ class Balancer:
 
 
 # -- rollouts --------------------------------------------------------------------------------------
-
-
-def gym_response(output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A Responses object with the fields Gym's verify models require."""
-    return {
-        "id": "resp_forwarding_test",
-        "object": "response",
-        "created_at": 0,
-        "model": "forwarding-test",
-        "output": output or [],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
 
 
 @dataclass

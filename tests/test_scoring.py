@@ -18,6 +18,7 @@ import pytest
 
 from bridge.scoring import naming
 from tests.conftest import GYM_SITE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.helpers import gym_response
 
 pytestmark = pytest.mark.anyio
 DATA = GYM_SITE / "resources_servers" if GYM_SITE else Path("/nonexistent")
@@ -60,20 +61,6 @@ def multi_step_pair() -> tuple[dict[str, Any], dict[str, Any]]:
         == rollout["responses_create_params"]["input"][-1]["content"]
     )
     return rollout, row
-
-
-def gym_response() -> dict[str, Any]:
-    """An empty Responses object (the fields Gym's verify models require)."""
-    return {
-        "id": "resp_scoring_test",
-        "object": "response",
-        "created_at": 0,
-        "model": "scoring-test",
-        "output": [],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
 
 
 def rename(response: dict[str, Any], convention: str, server: str) -> dict[str, Any]:

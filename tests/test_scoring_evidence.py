@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.conftest import HEADER, BridgeProcess, counter_row, gym_data, mcp_client
-from tests.fixtures.helpers import fault_env
+from tests.fixtures.helpers import fault_env, gym_response
 from tests.interop.stubs.common import ground_truth_solution, native_reward, upstream_url
 
 pytestmark = pytest.mark.anyio
@@ -34,19 +34,6 @@ READ_ROW: dict[str, Any] = {
     "responses_create_params": {"input": "What does notes.txt say?"},
     "expected_path": "notes.txt",
 }
-
-
-def gym_response(output: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": "resp_evidence",
-        "object": "response",
-        "created_at": 0,
-        "model": "evidence-test",
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-    }
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:

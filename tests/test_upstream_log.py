@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row
-from tests.fixtures.helpers import bridge_log_problems
+from tests.fixtures.helpers import bridge_log_problems, gym_response
 
 API_KEY = "upstream-log-api-key-" + "a" * 24
 
@@ -25,14 +25,7 @@ API_KEY = "upstream-log-api-key-" + "a" * 24
 def structured_output_response() -> dict[str, Any]:
     """A Responses object of a rollout that asked for a JSON-schema answer (``text.format``)."""
     return {
-        "id": "resp_structured",
-        "object": "response",
-        "created_at": 0,
-        "model": "m",
-        "output": [],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
+        **gym_response(),
         "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}}},
     }
 
