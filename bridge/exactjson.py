@@ -36,21 +36,17 @@ def loads(data: bytes | str) -> Any:
         raise JSONDecodeError("JSON nested too deeply to read its integers exactly", "", 0) from None
 
 
-def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+def dumps(value: Any, default: Callable[[Any], Any] | None = None, sort_keys: bool = False) -> bytes:
     """``value`` as compact UTF-8 JSON, integers past 64 bits included (``orjson.dumps`` otherwise);
-    ``default`` turns what JSON has no type for into what it has, as in both libraries."""
+    ``default`` turns what JSON has no type for into what it has, as in both libraries; ``sort_keys``
+    gives a canonical form to compare two documents by."""
     try:
-        return orjson.dumps(value, default=default)
+        return orjson.dumps(value, default=default, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except orjson.JSONEncodeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default).encode()
-
-
-def dumps_sorted(value: Any) -> bytes:
-    """``dumps`` with object keys sorted (a canonical form to compare two documents by)."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+        text = json.dumps(
+            value, ensure_ascii=False, separators=(",", ":"), default=default, sort_keys=sort_keys
+        )
+        return text.encode()
 
 
 def _holds_wide_float(value: Any) -> bool:

@@ -185,7 +185,7 @@ class ToolSets:
 
     def _intern(self, specs: list[ToolSpec]) -> ToolSet:
         key = hashlib.blake2b(
-            exactjson.dumps_sorted([(s.name, s.description, s.input_schema) for s in specs]),
+            exactjson.dumps([(s.name, s.description, s.input_schema) for s in specs], sort_keys=True),
             digest_size=16,
         ).digest()
         found = self._interned.get(key)

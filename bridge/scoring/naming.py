@@ -132,7 +132,7 @@ def canonical_arguments(arguments: Any) -> bytes | None:
         except exactjson.JSONDecodeError:
             return None
     try:
-        return exactjson.dumps_sorted(arguments)
+        return exactjson.dumps(arguments, sort_keys=True)
     except (TypeError, ValueError):
         return None
 
