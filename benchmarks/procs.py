@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,8 +35,38 @@ class BenchError(Exception):
     pass
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_GIVEN: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
+    """A port nothing listens on, for a server started later that binds it itself.
+
+    Not ``bind(0)``: the kernel picks that port from the ephemeral range, the one every outgoing
+    connection takes its local port from, so any ``connect()`` on the machine can take it before the
+    server binds (a Gym agent server once failed with "address already in use" that way). Ports below
+    the range are only ever taken by an explicit bind; one process never gets the same port twice.
+    """
+    low = min(_ephemeral_low(), 65536)
+    rng = random.SystemRandom()
+    for _ in range(200) if low > 12000 else ():
+        port = rng.randrange(10000, low)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    with socket.socket() as sock:  # no room below the ephemeral range: the kernel's choice
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 

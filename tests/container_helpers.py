@@ -18,7 +18,6 @@ import contextlib
 import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from benchmarks.procs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -310,12 +311,6 @@ def key_file(folder: Path, name: str) -> Path:
     path.chmod(0o644)
     folder.chmod(0o755)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def responses_object(calls: list[tuple[str, dict[str, Any]]], final_text: str) -> dict[str, Any]:

@@ -4,13 +4,14 @@ counters it checks come out exact (``make bench`` runs the real sizes; CI does n
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import GYM_PYTHON, ROOT
+from tests.conftest import GYM_PYTHON, ROOT, free_port
 
 
 @pytest.mark.timeout(420)
@@ -73,3 +74,17 @@ def test_asgi_floor_runs() -> None:
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
     assert set(rows) == {"bare", "uvicorn", "bridge-wire"}
     assert all(float(row[-1]) > 0 for row in rows.values())
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    """A port handed to a server that binds it later must be one no outgoing connection can take
+    meanwhile: the kernel gives connections their local port from ``ip_local_port_range``."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low <= 12000:
+        pytest.skip(f"this kernel's ephemeral range starts at {low}: no room below it")
+    ports = [free_port() for _ in range(200)]
+    assert all(10000 <= port < low for port in ports), ports
+    assert len(set(ports)) == len(ports)  # never the same port twice in one process
+    for port in ports[:20]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # and nothing listens there
