@@ -20,6 +20,7 @@ one call at a time per session, every session at once:
 * ``rest``: ``POST /<tool>`` to the bridge with the session token (Gym's REST surface);
 * ``mcp``: a stateless ``tools/call`` on ``/mcp`` to the bridge that owns the session;
 * ``fwd``: the same call to a second replica, which forwards it to the owner (both on core 1);
+* ``fwd-splice``: that call to the ``forward`` floor (``benchmarks/relay.py``) in the non-owner's place;
 * ``rest@base``, ``mcp@base``, ``fwd@base`` (with ``--baseline REV``): the same three paths on the
   bridge of git revision REV (its ``bridge/`` package from ``git archive``, run by this interpreter),
   so a change is measured against what it changes in the same rounds: the report gives each path's
@@ -59,9 +60,11 @@ from benchmarks import capacity_report, nginx, procs, raw_http, revisions
 from benchmarks.clients import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
-PATHS = ["direct", "nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd"]
+PATHS = ["direct", "nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd", "fwd-splice"]
 FLOORS = ("direct", "nginx", "relay", "splice", "asgi")  # paths that carry the upstream's cookie, not a token
 BRIDGE_PATHS = ("rest", "mcp", "fwd")
+MCP_PATHS = ("mcp", "fwd", "fwd-splice")  # a JSON-RPC tools/call with the session token
+FORWARDED = ("fwd", "fwd-splice")  # sent to a process in front of the owner
 BASELINE = "@base"  # the suffix of a bridge path run on the --baseline revision
 CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
@@ -120,11 +123,6 @@ class Capacity:
         self.procs["upstream"] = up = procs.start_bare_upstream(self.workdir, [*pin, str(CLIENT_CORE)])
         if "nginx" in paths:
             self.procs["nginx"] = nginx.start(self.workdir, up.url, SERVER_CORE)
-        for mode, name in (("bytes", "relay"), ("splice", "splice"), ("asgi", "asgi")):
-            if name in paths:
-                self.procs[name] = relay = procs.start_relay(self.workdir, up.url, mode)
-                for task in Path(f"/proc/{relay.pid}/task").iterdir():
-                    os.sched_setaffinity(int(task.name), {SERVER_CORE})
         saved = procs.BRIDGE
         try:
             for suffix, tree in (("", None), (BASELINE, baseline)):
@@ -133,7 +131,7 @@ class Capacity:
                 if tree is not None:  # -P: not the checkout's bridge/ from the working directory
                     procs.BRIDGE = [*pin, str(SERVER_CORE), sys.executable, "-P", "-m", "bridge"]
                     env = {"PYTHONPATH": str(tree)}
-                if {f"{p}{suffix}" for p in BRIDGE_PATHS} & set(paths):
+                if {f"{p}{suffix}" for p in (*BRIDGE_PATHS, "fwd-splice")} & set(paths):
                     name = f"owner{suffix}"
                     self.procs[name] = procs.start_bridge(self.workdir, up.url, name=name, env=env)
                 if f"fwd{suffix}" in paths:
@@ -141,6 +139,18 @@ class Capacity:
                     self.procs[name] = procs.start_bridge(self.workdir, up.url, name=name, env=env)
         finally:
             procs.BRIDGE = saved
+        owner = self.procs.get("owner", up)  # the forward relay is in front of the owner replica
+        relays = {
+            "relay": ("bytes", up),
+            "splice": ("splice", up),
+            "asgi": ("asgi", up),
+            "fwd-splice": ("forward", owner),
+        }
+        for name, (mode, target) in relays.items():
+            if name in paths:
+                self.procs[name] = relay = procs.start_relay(self.workdir, target.url, mode)
+                for task in Path(f"/proc/{relay.pid}/task").iterdir():
+                    os.sched_setaffinity(int(task.name), {SERVER_CORE})
         os.sched_setaffinity(0, {CLIENT_CORE})
         self.log("capacity: " + ", ".join(f"{n} {p.url} (pid {p.pid})" for n, p in self.procs.items()))
 
@@ -164,7 +174,8 @@ class Capacity:
             return self.crews[(path, sessions)]
         out = []
         kind = plain(path)
-        seeder = self.procs[f"owner{path[len(kind) :]}"] if kind in BRIDGE_PATHS else self._target(path)
+        owned = kind in BRIDGE_PATHS or kind in FORWARDED
+        seeder = self.procs[f"owner{path[len(kind) :]}"] if owned else self._target(path)
         for _ in range(sessions):
             seed = next(self.seeds)
             body = orjson.dumps({"responses_create_params": {"input": []}, "initial_count": seed})
@@ -181,7 +192,7 @@ class Capacity:
                 headers = {"host": target, TOKEN_HEADER: orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]}
                 if kind != "rest":
                     headers["accept"] = "application/json, text/event-stream"
-                conn = seed_conn if kind != "fwd" else await self._connect(self._target(path))
+                conn = seed_conn if kind not in FORWARDED else await self._connect(self._target(path))
                 if conn is not seed_conn:
                     seed_conn.transport.close()
             out.append(_Session(conn, seed, headers))
@@ -189,7 +200,7 @@ class Capacity:
         return out
 
     def _call_bytes(self, path: str, session: _Session, tool: str, arguments: dict[str, Any]) -> bytes:
-        if plain(path) in ("mcp", "fwd"):
+        if plain(path) in MCP_PATHS:
             body = orjson.dumps(
                 {
                     "jsonrpc": "2.0",
@@ -207,7 +218,7 @@ class Capacity:
         if status != 200:
             raise BenchError(f"{path}: HTTP {status}: {raw[:300]!r}")
         message = orjson.loads(raw)
-        if plain(path) not in ("mcp", "fwd"):
+        if plain(path) not in MCP_PATHS:
             return message
         result = message.get("result") or {}
         if "error" in message or result.get("isError"):

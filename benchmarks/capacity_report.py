@@ -24,6 +24,7 @@ PATH_PROCS = {
     "rest": ["owner"],
     "mcp": ["owner"],
     "fwd": ["peer", "owner"],
+    "fwd-splice": ["fwd-splice", "owner"],
 }
 LABELS = {
     "direct": "direct to the bare upstream",
@@ -34,7 +35,9 @@ LABELS = {
     "rest": "bridge REST POST /<tool>",
     "mcp": "bridge MCP tools/call (owner)",
     "fwd": "bridge MCP via non-owner (fwd)",
+    "fwd-splice": "non-owner checks below ASGI (floor)",
 }
+FORWARDED = ("fwd", "fwd-splice")  # paths through a process in front of the owner
 RESAMPLES = 2000
 
 
@@ -105,7 +108,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 "server_cpu_ci": bootstrap([r["cpu_ms_per_call"].get(procs[0], 0.0) for r in mine], cpu_rng)
                 if procs
                 else None,
-                "all_bridge_cpu_ms_per_call": total if kind == "fwd" else None,
+                "all_bridge_cpu_ms_per_call": total if kind in FORWARDED else None,
                 "calls_per_s_per_server_core": 1e3 / server if server else None,
                 "cpu_ms_per_call": {p: cpu(p) for p in [*procs, "upstream", "client"]},
                 "server_busy": statistics.median(r["busy"].get(procs[0], 0.0) for r in mine)
@@ -133,7 +136,7 @@ def summarize(runs: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]
                 row["added_p99_ms_over_nginx"] = _paired(
                     mine, by_path["nginx"], lambda a, b: a["p99_ms"] - b["p99_ms"], rng
                 )
-            if kind == "fwd":
+            if kind in FORWARDED:
                 row["ratio_owner"] = _paired(
                     mine,
                     by_path.get(f"mcp{suffix}", {}),
@@ -220,7 +223,7 @@ def floors(rows: list[dict[str, Any]]) -> list[str]:
         mcp, nginx = get.get(("16B", sessions, "mcp")), get.get(("16B", sessions, "nginx"))
         here = [
             (p, get[("16B", sessions, p)]["server_cpu_ms_per_call"])
-            for p, _ in stacks
+            for p in ("fwd-splice", *(p for p, _ in stacks))
             if ("16B", sessions, p) in get
         ]
         if not (mcp and nginx and here):
@@ -302,7 +305,8 @@ def render(report: dict[str, Any]) -> str:
         lines += [
             "",
             "floors, same rounds (a Python relay with no MCP work: splice = HTTP parsed below ASGI, asgi = the bridge's",
-            "HTTP stack; fwd ÷ owner: both replicas on one core, so at most owner CPU ÷ (owner CPU + non-owner CPU)):",
+            "HTTP stack; fwd-splice = splice making the non-owner's checks; fwd ÷ owner: both replicas on one core, so at",
+            "most owner CPU ÷ (owner CPU + non-owner CPU)):",
             *(f"  {line}" for line in reachable),
         ]
     lines.append("")
@@ -314,7 +318,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-PLOTTED = ["nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd"]
+PLOTTED = ["nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd", "fwd-splice"]
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> str | None:

@@ -176,12 +176,12 @@ def start_bare_upstream(workdir: Path, pin: list[str] | None = None) -> Proc:
 def start_relay(workdir: Path, target_url: str, mode: str = "bytes", timeout: float = 60) -> Proc:
     """``benchmarks/relay.py`` in front of ``target_url``, the benchmarks' controls: ``bytes``
     (process ``relay``) copies bytes, ``splice`` (process ``splice``) relays parsed requests below
-    ASGI, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no MCP work."""
-    name = "relay" if mode == "bytes" else mode
+    ASGI, ``forward`` (process ``fwd-splice``, in front of a bridge) does so past a non-owner's
+    checks, ``asgi`` (process ``asgi``) is the bridge's HTTP stack with no MCP work."""
+    name = {"bytes": "relay", "forward": "fwd-splice"}.get(mode, mode)
     target = target_url.removeprefix("http://")
-    proc = _spawn(
-        name, [sys.executable, "-m", "benchmarks.relay", "--target", target, "--mode", mode], workdir
-    )
+    argv = [sys.executable, "-m", "benchmarks.relay", "--target", target, "--mode", mode]
+    proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET})
     proc.url = f"http://127.0.0.1:{port_line(proc, timeout)}"
     return proc
 

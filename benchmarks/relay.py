@@ -1,7 +1,7 @@
-"""Three relays in front of the upstream, controls for the hops and capacity benchmarks: what a hop
+"""Four relays in front of the upstream, controls for the hops and capacity benchmarks: what a hop
 costs before the bridge does any work of its own.
 
-``python -m benchmarks.relay --target 127.0.0.1:PORT [--mode bytes|splice|asgi]`` listens on a free
+``python -m benchmarks.relay --target 127.0.0.1:PORT [--mode bytes|splice|forward|asgi]`` listens on a free
 loopback port (printed as ``port N`` on its first line).
 
 * ``bytes`` (hops path ``relay``): for each connection it accepts, one to the target, bytes copied
@@ -14,6 +14,13 @@ loopback port (printed as ``port N`` on its first line).
   as one status line, headers and body. It is the least a forwarder that reads the session header
   and relays the request below the ASGI cycle would cost in Python (it does not verify a token, which
   a forwarder must).
+* ``forward`` (capacity path ``fwd-splice``): ``splice`` in front of a bridge replica, doing what a
+  non-owner does before it relays a ``POST /mcp`` to the session's owner, with the bridge's own
+  functions: the header size, the rollout prefix, Host/Origin against the default allow-lists, the
+  body's size and JSON depth, the session token verified with the deployment's key (``TokenSigner``,
+  its cache) and found to be another replica's, that replica looked up in the peers, the loop
+  marker, the relay counted. It is the least a non-owner that forwards below the ASGI cycle costs
+  in Python; a request that fails a check closes the connection (a floor, not a server).
 * ``asgi`` (hops path ``asgi``): the bridge's own HTTP stack with none of its MCP work -- uvicorn
   with ``bridge.http.wire.HttpProtocol`` on uvloop, the body read by ``read_body`` and the request
   relayed to the target by the bridge's ``Forwarding.relay`` (its keep-alive pool, one write, the
@@ -28,8 +35,9 @@ import argparse
 import asyncio
 import collections
 import http
+import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httptools
 import uvloop
@@ -128,10 +136,19 @@ class _Splice(asyncio.Protocol):
         path, _, query = self.url.partition(b"?")
         method = self.parser.get_method().decode()
         scope = {"method": method, "raw_path": path, "query_string": query, "headers": self.headers}
-        self.queue.append(self.forwarding.request_bytes(scope, b"".join(self.body), self.pool))
+        body = b"".join(self.body)
+        if not self.admit(scope, body):
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.queue.append(self.forwarding.request_bytes(scope, body, self.pool))
         if not self.running:
             self.running = True
             asyncio.get_running_loop().create_task(self._drain())
+
+    def admit(self, scope: dict[str, Any], body: bytes) -> bool:
+        """Whether the request is relayed (``splice``: every request)."""
+        return True
 
     async def _drain(self) -> None:
         try:
@@ -148,6 +165,75 @@ class _Splice(asyncio.Protocol):
             self.running = False
 
 
+class _Forward(_Splice):
+    """A ``forward`` relay's connection: ``_Splice`` that admits a request only past the checks a
+    non-owner replica makes before it relays (``Guard``, then ``McpEndpoint._owner``)."""
+
+    def __init__(self, checks: _Checks, forwarding: Forwarding, pool: KeepAlivePool) -> None:
+        super().__init__(forwarding, pool, checks.not_relayed)
+        self.checks = checks
+
+    def admit(self, scope: dict[str, Any], body: bytes) -> bool:
+        return self.checks.admit(scope, body, self.pool.url)
+
+
+class _Checks:
+    """What ``Guard`` and ``McpEndpoint.post`` check before a ``POST /mcp`` is relayed, as calls to
+    the same functions, against a deployment's default settings."""
+
+    def __init__(self, owner: str, audience: str) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+
+        from bridge.http import forwarding, prefixes
+        from bridge.http.guard import AllowList, rebinding_protection, rebinding_refusal
+        from bridge.http.requests import json_too_deep
+        from bridge.peers import Peers, default_peers
+        from bridge.settings import Settings
+        from bridge.tokens import ForeignIssuer, TokenSigner, from_raw_headers
+
+        secret = os.environ["GYM_MCP_BRIDGE_SECRET"]
+        self.settings = settings = Settings.model_validate(
+            {}
+        )  # the defaults, the secret from the environment
+        own = "http://127.0.0.1:1"  # this relay's advertise URL: a loopback replica, as the peer is
+        security = rebinding_protection(settings, "127.0.0.1", own)
+        self.hosts = AllowList(security.allowed_hosts or [])
+        self.origins = AllowList(security.allowed_origins or [])
+        self.signer = TokenSigner([secret], issuer=own, audience=audience)
+        self.peers = Peers(default_peers(own))
+        self.owner = owner
+        self.not_relayed = forwarding.NOT_RELAYED
+        self.marker = forwarding.MARKER.encode("latin-1")
+        self.relayed = Counter("relayed", "", ["outcome"], registry=CollectorRegistry()).labels("relayed")
+        self.strip, self.refusal, self.too_deep = prefixes.strip, rebinding_refusal, json_too_deep
+        self.token_of, self.foreign = from_raw_headers, ForeignIssuer
+
+    def admit(self, scope: dict[str, Any], body: bytes, owner: str) -> bool:
+        settings, headers = self.settings, scope["headers"]
+        if sum(len(k) + len(v) + 4 for k, v in headers) > settings.max_header_bytes:
+            return False
+        scope["path"] = scope["raw_path"].decode("latin-1")
+        routed, bad_prefix = self.strip(scope)
+        found = dict(headers)
+        if bad_prefix is not None or self.refusal(found, self.hosts, self.origins) is not None:
+            return False
+        if routed["path"] != "/mcp" or scope["method"] != "POST" or len(body) > settings.max_body_bytes:
+            return False
+        if self.too_deep(body, settings.max_json_depth) or len(body) > settings.max_argument_bytes:
+            return False
+        token = self.token_of(found)
+        if token is None or self.marker in found:
+            return False
+        try:
+            self.signer.verify(token)
+        except self.foreign as exc:
+            if exc.claims.issuer != owner or not self.peers.allows(exc.claims.issuer):
+                return False
+            self.relayed.inc()
+            return True
+        return False
+
+
 async def _serve_splice(target_host: str, target_port: int) -> None:
     from prometheus_client import CollectorRegistry
 
@@ -158,6 +244,27 @@ async def _serve_splice(target_host: str, target_port: int) -> None:
     forwarding = Forwarding("http://splice-relay", 60.0, 60.0, CollectorRegistry())
     pool = KeepAlivePool(f"http://{target_host}:{target_port}", 1024, 30.0, 5.0)
     server = await loop.create_server(lambda: _Splice(forwarding, pool, NOT_RELAYED), "127.0.0.1", 0)
+    print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
+    await server.serve_forever()
+
+
+async def _serve_forward(target_host: str, target_port: int) -> None:
+    import json
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from bridge.http.forwarding import Forwarding
+    from bridge.upstream.transport import KeepAlivePool
+
+    owner = f"http://{target_host}:{target_port}"
+    with urllib.request.urlopen(f"{owner}/healthz", timeout=10) as answer:  # the tokens' audience
+        audience = json.load(answer)["upstream"]["server_name"]
+    checks = _Checks(owner, audience)
+    loop = asyncio.get_running_loop()
+    forwarding = Forwarding(checks.signer.issuer, 60.0, 60.0, CollectorRegistry())
+    pool = KeepAlivePool(owner, 1024, 30.0, 5.0)
+    server = await loop.create_server(lambda: _Forward(checks, forwarding, pool), "127.0.0.1", 0)
     print(f"port {server.sockets[0].getsockname()[1]}", flush=True)
     await server.serve_forever()
 
@@ -197,10 +304,11 @@ async def _serve_asgi(target_host: str, target_port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.relay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True, help="host:port to relay to")
-    parser.add_argument("--mode", choices=("bytes", "splice", "asgi"), default="bytes")
+    parser.add_argument("--mode", choices=("bytes", "splice", "forward", "asgi"), default="bytes")
     args = parser.parse_args(argv)
     host, _, port = args.target.rpartition(":")
-    serve = {"bytes": _serve, "splice": _serve_splice, "asgi": _serve_asgi}[args.mode]
+    modes = {"bytes": _serve, "splice": _serve_splice, "forward": _serve_forward, "asgi": _serve_asgi}
+    serve = modes[args.mode]
     uvloop.run(serve(host, int(port)))
     return 0
 

@@ -17,8 +17,10 @@ import pytest
 
 from benchmarks import capacity_report, procs, raw_http
 from benchmarks.capacity import PATHS
+from benchmarks.clients import TOKEN_HEADER
 from benchmarks.nginx import NGINX
 from bridge import tools
+from bridge.http.forwarding import MARKER
 from tests.conftest import GYM_PYTHON, ROOT
 
 ROW = {"responses_create_params": {"input": []}}
@@ -170,7 +172,7 @@ def test_capacity_quick(tmp_path: Path) -> None:
         if path not in ("direct", "nginx"):
             median, low, high = row["ratio_nginx"]
             assert median > 0 and 0 < low <= high
-        if path == "fwd":
+        if path in ("fwd", "fwd-splice"):
             assert row["ratio_owner"][0] > 0 and row["cpu_ms_per_call"]["owner"] > 0
         if workload == "64KB":
             assert set(row["us_per_kb"]) == set(row["cpu_ms_per_call"])
@@ -227,6 +229,70 @@ def test_each_python_floor_accepts_as_soon_as_it_names_its_port(
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
     finally:
         proc.stop()
+
+
+def _exchange(url: str, request: bytes) -> bytes:
+    """The raw answer to one request on a fresh connection; b"" when the server closed it unanswered."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+@pytest.mark.timeout(180)
+def test_the_forward_floor_relays_only_what_a_non_owner_relays(bare_upstream: str, tmp_path: Path) -> None:
+    """The ``fwd-splice`` floor does a non-owner's checks, not less: a call for the owner's session
+    comes back as a real non-owner replica relays it, byte for byte in the body, and what that
+    replica refuses (a foreign Host, the loop marker, a body nested too deep, a forged token) the
+    floor does not relay (it closes the connection; a floor, not a server)."""
+    owner = procs.start_bridge(tmp_path, bare_upstream, name="owner")
+    peer = procs.start_bridge(tmp_path, bare_upstream, name="peer")
+    floor = procs.start_relay(tmp_path, owner.url, "forward")
+    try:
+        seeded = _exchange(
+            owner.url,
+            raw_http.request(
+                "/seed_session", json.dumps({**ROW, "initial_count": 9}).encode(), {"host": owner.url[7:]}
+            ),
+        )
+        token = json.loads(seeded.split(b"\r\n\r\n", 1)[1])["mcp"]["headers"][TOKEN_HEADER]
+        call = json.dumps(
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "get_counter_value"}}
+        )
+        accept = {"accept": "application/json, text/event-stream", TOKEN_HEADER: token}
+
+        def both(body: str, **headers: str) -> tuple[bytes, bytes]:
+            return tuple(  # type: ignore[return-value]
+                _exchange(
+                    proc.url,
+                    raw_http.request("/mcp", body.encode(), {"host": proc.url[7:], **accept, **headers}),
+                )
+                for proc in (peer, floor)
+            )
+
+        by_peer, by_floor = both(call)
+        assert by_peer.startswith(b"HTTP/1.1 200 ") and by_floor.startswith(b"HTTP/1.1 200 ")
+        assert b'"structuredContent":{"count":9}' in by_peer
+        assert by_floor.split(b"\r\n\r\n", 1)[1] == by_peer.split(b"\r\n\r\n", 1)[1]
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        refused = {
+            "a foreign Host": both(call, host="evil.example"),
+            "the loop marker": both(call, **{MARKER: "http://127.0.0.1:9"}),
+            "a body nested too deep": both(call[:-1] + ', "x": ' + "[" * 100 + "]" * 100 + "}"),
+            "a forged token": both(call, **{TOKEN_HEADER: forged}),
+        }
+        for what, (by_peer, by_floor) in refused.items():
+            assert not by_peer.startswith(b"HTTP/1.1 200 ") or b'"isError":true' in by_peer, what
+            assert by_floor == b"", what
+    finally:
+        for proc in (floor, peer, owner):
+            proc.stop()
 
 
 def test_a_run_without_nginx_plots_without_its_ratio(tmp_path: Path) -> None:
