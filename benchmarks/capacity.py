@@ -261,7 +261,11 @@ class Capacity:
         cpu0 = {name: p.cpu() for name, p in watched.items()}
         client0, started = time.process_time(), clock()
         go.set()
-        await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
+        except BenchError as exc:  # name the path and what its process said
+            tail = self._target(path).log_tail(5)
+            raise BenchError(f"{path}, {sessions} sessions, round {round_}: {exc}\n{tail}") from exc
         wall = clock() - started
         client1 = time.process_time()
         cpu1 = {name: p.cpu() for name, p in watched.items()}

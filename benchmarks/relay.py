@@ -158,7 +158,8 @@ class _Splice(asyncio.Protocol):
                 head += [key + b": " + value for key, value in headers if key not in self.not_relayed]
                 head += [b"content-length: %d" % len(answer), b"", answer]
                 self.transport.write(b"\r\n".join(head))
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError, ValueError) as exc:  # the client is told by the closed connection
+            print(f"relay: {type(exc).__name__}: {exc}; closing the client's connection", file=sys.stderr)
             if self.transport is not None:
                 self.transport.close()
         finally:
