@@ -64,7 +64,7 @@ PATHS = ["direct", "nginx", "relay", "splice", "asgi", "rest", "mcp", "fwd", "fw
 FLOORS = ("direct", "nginx", "relay", "splice", "asgi")  # paths that carry the upstream's cookie, not a token
 BRIDGE_PATHS = ("rest", "mcp", "fwd")
 MCP_PATHS = ("mcp", "fwd", "fwd-splice")  # a JSON-RPC tools/call with the session token
-FORWARDED = ("fwd", "fwd-splice")  # sent to a process in front of the owner
+FORWARDED = capacity_report.FORWARDED  # sent to a process in front of the owner
 BASELINE = "@base"  # the suffix of a bridge path run on the --baseline revision
 CLIENT_CORE, SERVER_CORE = 0, 1
 SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
@@ -131,7 +131,7 @@ class Capacity:
                 if tree is not None:  # -P: not the checkout's bridge/ from the working directory
                     procs.BRIDGE = [*pin, str(SERVER_CORE), sys.executable, "-P", "-m", "bridge"]
                     env = {"PYTHONPATH": str(tree)}
-                if {f"{p}{suffix}" for p in (*BRIDGE_PATHS, "fwd-splice")} & set(paths):
+                if {f"{p}{suffix}" for p in (*BRIDGE_PATHS, *FORWARDED)} & set(paths):
                     name = f"owner{suffix}"
                     self.procs[name] = procs.start_bridge(self.workdir, up.url, name=name, env=env)
                 if f"fwd{suffix}" in paths:

@@ -175,7 +175,7 @@ class _Forward(_Splice):
         self.checks = checks
 
     def admit(self, scope: dict[str, Any], body: bytes) -> bool:
-        return self.checks.admit(scope, body, self.pool.url)
+        return self.checks.admit(scope, body)
 
 
 class _Checks:
@@ -193,9 +193,8 @@ class _Checks:
         from bridge.tokens import ForeignIssuer, TokenSigner, from_raw_headers
 
         secret = os.environ["GYM_MCP_BRIDGE_SECRET"]
-        self.settings = settings = Settings.model_validate(
-            {}
-        )  # the defaults, the secret from the environment
+        # the defaults, the secret from the environment
+        self.settings = settings = Settings.model_validate({})
         own = "http://127.0.0.1:1"  # this relay's advertise URL: a loopback replica, as the peer is
         security = rebinding_protection(settings, "127.0.0.1", own)
         self.hosts = AllowList(security.allowed_hosts or [])
@@ -209,7 +208,7 @@ class _Checks:
         self.strip, self.refusal, self.too_deep = prefixes.strip, rebinding_refusal, json_too_deep
         self.token_of, self.foreign = from_raw_headers, ForeignIssuer
 
-    def admit(self, scope: dict[str, Any], body: bytes, owner: str) -> bool:
+    def admit(self, scope: dict[str, Any], body: bytes) -> bool:
         settings, headers = self.settings, scope["headers"]
         if sum(len(k) + len(v) + 4 for k, v in headers) > settings.max_header_bytes:
             return False
@@ -228,7 +227,7 @@ class _Checks:
         try:
             self.signer.verify(token)
         except self.foreign as exc:
-            if exc.claims.issuer != owner or not self.peers.allows(exc.claims.issuer):
+            if exc.claims.issuer != self.owner or not self.peers.allows(exc.claims.issuer):
                 return False
             self.relayed.inc()
             return True

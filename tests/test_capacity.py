@@ -267,14 +267,12 @@ def test_the_forward_floor_relays_only_what_a_non_owner_relays(bare_upstream: st
         )
         accept = {"accept": "application/json, text/event-stream", TOKEN_HEADER: token}
 
+        def one(proc: procs.Proc, body: str, headers: dict[str, str]) -> bytes:
+            request = raw_http.request("/mcp", body.encode(), {"host": proc.url[7:], **accept, **headers})
+            return _exchange(proc.url, request)
+
         def both(body: str, **headers: str) -> tuple[bytes, bytes]:
-            return tuple(  # type: ignore[return-value]
-                _exchange(
-                    proc.url,
-                    raw_http.request("/mcp", body.encode(), {"host": proc.url[7:], **accept, **headers}),
-                )
-                for proc in (peer, floor)
-            )
+            return one(peer, body, headers), one(floor, body, headers)
 
         by_peer, by_floor = both(call)
         assert by_peer.startswith(b"HTTP/1.1 200 ") and by_floor.startswith(b"HTTP/1.1 200 ")
