@@ -11,7 +11,7 @@ BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find
 GYM_PYTHON_BASE ?=# empty: setup-gym-env.sh picks 3.12 for nemo-gym <= 0.4, 3.13 for later
 PYTEST_ARGS ?=
 
-.PHONY: setup gym-env gym-lock uv-lock run test lint fmt bench profile sweep clean
+.PHONY: setup gym-env gym-lock uv-lock evaluator-env run test lint fmt bench profile sweep clean
 
 $(CURDIR)/.cache/uv-venv/bin/uv: scripts/uv-requirements.txt
 	python3 -m venv .cache/uv-venv
@@ -27,6 +27,11 @@ setup: $(UV)
 
 gym-env: $(UV)
 	UV="$(UV)" NEMO_GYM_VERSION=$(NEMO_GYM_VERSION) scripts/setup-gym-env.sh .gym-env-$(NEMO_GYM_VERSION) $(GYM_PYTHON_BASE)
+
+# NeMo Evaluator's Gym client (examples/evaluator/, tests/test_clients_evaluator.py): .cache/evaluator-env,
+# from the hashed lock scripts/evaluator-env/nemo-evaluator-0.3.0.lock.txt (scripts/lock.sh evaluator remakes it)
+evaluator-env: $(UV)
+	UV="$(UV)" scripts/setup-evaluator-env.sh
 
 # The hashed lock the Gym environment of NEMO_GYM_VERSION installs from (docs/gym-versions.md):
 # made or bumped from PyPI; commit it. `scripts/lock.sh gym` redoes every lock.
@@ -54,6 +59,7 @@ test: lint
 
 # ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx);
 # ARGS="footprint": restart to ready and idle sessions at 10,000 (benchmarks/footprint.py)
+# ARGS="collector --repeats 334": Gym's own launcher and collector, 2,004 rollouts through the bridge (benchmarks/collector.py)
 bench: setup
 	case "$(ARGS)" in capacity*|footprint*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)

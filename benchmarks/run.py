@@ -21,7 +21,10 @@ across paths (so machine noise hits every path alike) and medians taken:
   a session through any replica; its bridge CPU is both replicas' together;
 * ``capacity`` as the first argument runs ``benchmarks/capacity.py`` instead (the bridge's own
   capacity in front of a bare upstream, against nginx; ``make bench ARGS="capacity --rounds 15"``),
-  and ``footprint`` runs ``benchmarks/footprint.py`` (restart to ready, idle sessions at 10,000);
+  ``footprint`` runs ``benchmarks/footprint.py`` (restart to ready, idle sessions at 10,000),
+  ``soak`` and ``inflight`` run ``benchmarks/soak.py`` (a training run: never-closed rollouts for an
+  hour, and 256 to 4,096 rollouts in flight on two replicas against Gym alone),
+  and ``collector`` runs ``benchmarks/collector.py`` (Gym's own launcher and collector at scale);
 * the hops (``benchmarks/hops.py``, ``--hops``): a synchronous keep-alive client (``http.client``)
   straight to the upstream, to the owner replica, through a non-owner, and spread over 2 and 3
   replicas, at 1 and 16 sessions, each as a ratio to direct HTTP in the same round, with CPU per
@@ -346,6 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks import footprint
 
         return footprint.main(given[1:])
+    if given[:1] in (["soak"], ["inflight"]):  # make bench ARGS="soak ..." / "inflight ...": soak.py
+        from benchmarks import soak
+
+        return soak.main(given)
+    if given[:1] == ["collector"]:  # make bench ARGS="collector ...": benchmarks/collector.py
+        from benchmarks import collector
+
+        return collector.main(given[1:])
     args = parse_args(argv)
     try:
         import uvloop

@@ -4,7 +4,8 @@ takes Gym's ``mcp_tool_call_provenance``, and whether it routes Gym's ``/ng-roll
 ``Bridge.load_tools`` calls ``discover`` after the upstream answers and keeps the ``Offer``: the tools
 come from the upstream's ``/openapi.json`` (one per POST route, or a catch-all dispatcher whose
 tools come from each row), plus those an ``MCPResourcesServer`` lists on its own ``/mcp``; names
-some clients cannot accept are logged, not refused. Nothing here holds state or touches sessions.
+some clients cannot accept are logged, not refused. The document itself is kept on the ``ToolSets``
+(the bridge's own ``/openapi.json`` is made from it). Nothing here holds state or touches sessions.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ async def discover(upstream: Upstream, settings: Settings) -> Offer:
         " (catch-all dispatcher: tools come from each row)" if catch_all else "",
     )
     return Offer(
-        toolsets=ToolSets(openapi, catch_all, list(settings.tools_from)),
+        toolsets=ToolSets(openapi, catch_all, list(settings.tools_from), spec),
         routes=frozenset(p.strip("/") for p in spec.get("paths", {})),
         provenance_places=call_provenance.accepted_places(spec),
         mcp_native=mcp_native,

@@ -5,9 +5,17 @@ The app records into ``Metrics`` as requests pass; ``GET /metrics`` renders ``re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -47,7 +55,43 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.sessions_active = Gauge("gym_mcp_bridge_sessions_active", "Open sessions", registry=r)
+        self.sessions_active = Gauge(
+            "gym_mcp_bridge_sessions_active",
+            "Unfinished sessions (seeded, not yet verified or closed)",
+            registry=r,
+        )
+        self.sessions_finished = Gauge(
+            "gym_mcp_bridge_sessions_finished",
+            "Finished sessions still held for a repeated /verify",
+            registry=r,
+        )
+        self.sessions_ended = Counter(
+            "gym_mcp_bridge_sessions_ended",
+            "Sessions released, by why (closed, expired, evicted, lost)",
+            ["reason"],
+            registry=r,
+        )
+        self.state_bytes = Gauge(
+            "gym_mcp_bridge_state_bytes",
+            "Bytes of session state held (rows, logs, cookies, replies)",
+            registry=r,
+        )
+        self.state_budget_bytes = Gauge(
+            "gym_mcp_bridge_state_budget_bytes", "The state budget (state_budget_bytes)", registry=r
+        )
+        self.retries = Counter(
+            "gym_mcp_bridge_retries",
+            "Repeated tool calls answered with the first call's answer, by how they were matched "
+            "(jsonrpc_id, idempotency_key)",
+            ["matched_by"],
+            registry=r,
+        )
+        self.upstream_closes = Counter(
+            "gym_mcp_bridge_upstream_closes",
+            "Sessions the bridge ended and released on the upstream's /close_session, by outcome",
+            ["outcome"],
+            registry=r,
+        )
         self.sessions_created = Counter("gym_mcp_bridge_sessions_created", "Sessions seeded", registry=r)
         self.rejections = Counter(
             "gym_mcp_bridge_rejections",
@@ -76,6 +120,39 @@ class Metrics:
         self.upstream_restarts = Gauge(
             "gym_mcp_bridge_upstream_restarts", "Upstream restarts since start", registry=r
         )
+        # Connections and their queues, read when scraped (``watch_clients``, ``watch_pool``); the
+        # process's open descriptors and their limit as process_open_fds / process_max_fds.
+        self.connections = Gauge(
+            "gym_mcp_bridge_connections",
+            "Connections open now, by pool (clients: from clients; upstream; peers: to the other "
+            "replicas, summed) and state (busy, idle; clients: open)",
+            ["pool", "state"],
+            registry=r,
+        )
+        self.connections_queued = Gauge(
+            "gym_mcp_bridge_connections_queued",
+            "Requests waiting for a connection of a bounded pool (queue depth), by pool",
+            ["pool"],
+            registry=r,
+        )
+        self.connections_limit = Gauge(
+            "gym_mcp_bridge_connections_limit",
+            "The bound of each pool; clients: client connections kept open at once",
+            ["pool"],
+            registry=r,
+        )
+        self.accept_paused = Gauge(
+            "gym_mcp_bridge_accept_paused",
+            "1 while accepting is paused at the client connection limit (connections wait in the listen queue)",
+            registry=r,
+        )
+        self.accept_failures = Gauge(
+            "gym_mcp_bridge_accept_failures",
+            "accept() failures since start (EMFILE and the like; each logged, the connections left queued)",
+            registry=r,
+        )
+        ProcessCollector(registry=r)
+        self._connection_sources: dict[str, Callable[[], Mapping[str, Any]]] = {}
 
         self._per_call: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
@@ -89,6 +166,26 @@ class Metrics:
                 self._per_call[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def watch_clients(self, report: Callable[[], Mapping[str, Any]]) -> None:
+        """Read the client connections from ``report`` (``bridge.http.accept.client_connections``)."""
+        self._connection_sources["clients"] = report
+        self.connections.labels("clients", "open").set_function(lambda: report()["open"])
+        self.connections_limit.labels("clients").set_function(lambda: report()["limit"])
+        self.accept_paused.set_function(lambda: int(bool(report()["accept_paused"])))
+        self.accept_failures.set_function(lambda: report()["accept_failures"])
+
+    def watch_pool(self, pool: str, report: Callable[[], Mapping[str, int]]) -> None:
+        """Read a bounded pool's connections from ``report`` (busy, idle, queued, limit)."""
+        self._connection_sources[pool] = report
+        self.connections.labels(pool, "busy").set_function(lambda: report()["busy"])
+        self.connections.labels(pool, "idle").set_function(lambda: report()["idle"])
+        self.connections_queued.labels(pool).set_function(lambda: report()["queued"])
+        self.connections_limit.labels(pool).set_function(lambda: report()["limit"])
+
+    def connection_report(self) -> dict[str, dict[str, Any]]:
+        """Every watched source's figures now, by pool (``/healthz``)."""
+        return {pool: dict(report()) for pool, report in self._connection_sources.items()}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -21,21 +21,26 @@ from urllib.parse import urlsplit
 
 from opentelemetry.trace import SpanKind
 
-from bridge import discovery, exactjson, outcomes, rollouts, tracing
+from bridge import discovery, exactjson, outcomes, retries, rollouts, tracing
 from bridge import tools as tools_mod
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
 from bridge.metrics import Metrics
 from bridge.outcomes import ToolOutcome, VerifyOutcome
 from bridge.peers import Peers, default_peers
+from bridge.releasing import Releaser
+from bridge.retries import RetryKey, RetryRefused
 from bridge.scoring import provenance, trajectory
 from bridge.scoring import verify as verify_mod
 from bridge.sessions import (
     Session,
+    SessionBudgetFull,
     SessionCapReached,
+    SessionEnded,
     SessionError,
     SessionLost,
     SessionRegistry,
+    released_reason,
     restarted_reason,
 )
 from bridge.settings import Settings, advertise_url
@@ -76,6 +81,11 @@ class Foreign(Rejected):
         self.owner = owner
 
 
+def _no_room(exc: SessionCapReached | SessionBudgetFull) -> Rejected:
+    """The 503 refusal of a seed that does not fit: over ``max_sessions``, or the state budget."""
+    return Rejected(str(exc), "cap" if isinstance(exc, SessionCapReached) else "budget", retry_after=5)
+
+
 OTHER_TOOLS_LABEL = "(row tool)"  # metrics label of every tool outside the upstream's OpenAPI set
 
 
@@ -95,8 +105,10 @@ class Bridge:
             settings.max_calls_logged,
             settings.max_session_log_bytes,
             settings.max_log_bytes,
+            settings.resolved_state_budget(),
         )
         self.metrics = Metrics()
+        self.releaser = Releaser(self.sessions, self.upstream, self.metrics)
         self.started_at = time.time()
         self.bound: tuple[str, int] = (settings.host, settings.port)
         self.toolsets: ToolSets | None = None
@@ -157,8 +169,9 @@ class Bridge:
 
     # -- sessions -------------------------------------------------------------------------------
 
-    def authorize(self, token: str | None, tool: str | None = None) -> Session:
-        """The session a token names; Rejected (without touching the upstream) otherwise."""
+    def authorize(self, token: str | None, tool: str | None = None, finished_ok: bool = False) -> Session:
+        """The session a token names; Rejected (without touching the upstream) otherwise. A finished
+        session (its /verify answered) serves only ``finished_ok`` requests: a repeated verify, close."""
         if not token:
             raise Rejected(f"missing session token: send the {HEADER} header from /seed_session", "missing")
         if self.signer is None:
@@ -170,15 +183,17 @@ class Bridge:
         except TokenError as exc:
             raise Rejected(str(exc), "token") from exc
         try:
-            session = self.sessions.get(claims.sid, self.upstream.generation)
+            session = self.sessions.get(claims.sid, self.upstream.generation, finished_ok)
         except SessionLost as exc:
             raise Rejected(str(exc), "lost") from exc
+        except SessionEnded as exc:
+            raise Rejected(str(exc), "ended") from exc
         except SessionError as exc:
             if claims.issued_at < int(self.started_at):  # signed by us, before this process started
                 raise Rejected(
                     restarted_reason(claims.sid, claims.issued_at, self.started_at), "lost"
                 ) from exc
-            raise Rejected(str(exc), "session") from exc
+            raise Rejected(released_reason(claims.sid, claims.issued_at), "session") from exc
         if tool is not None and not claims.allows(tool, session.tool_names):
             allowed = ", ".join(claims.tools if claims.tools is not None else session.tool_names) or "none"
             raise Rejected(f"tool {tool!r} is not in this session's allow-list ({allowed})", "allow_list")
@@ -222,9 +237,9 @@ class Bridge:
         except InvalidToolName as exc:
             raise Rejected(f"row refused: {exc}", "row_tools") from exc
         try:
-            self.sessions.ensure_room()  # before the upstream sees the seed; ``create`` checks again
-        except SessionCapReached as exc:
-            raise Rejected(str(exc), "cap", retry_after=5) from exc
+            self.sessions.ensure_room(len(body))  # before the upstream sees the seed; ``create`` checks again
+        except (SessionCapReached, SessionBudgetFull) as exc:
+            raise _no_room(exc) from exc
         generation = self.upstream.generation
         if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
             response = await self.upstream.post(
@@ -238,9 +253,11 @@ class Bridge:
             session = self.sessions.create(
                 body, response.cookie_jar(cookie_header), self.toolsets.for_row(row_tools), generation
             )
-        except SessionCapReached as exc:
-            raise Rejected(str(exc), "cap", retry_after=5) from exc
-        session.token = self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        except (SessionCapReached, SessionBudgetFull) as exc:
+            raise _no_room(exc) from exc
+        self.sessions.set_token(
+            session, self.signer.issue(session.sid, session.tool_names, self.settings.session_ttl_s)
+        )
         session.rollout_id = rollout
         if self.mcp_native:  # keep the upstream's own MCP token: its tools act on the session it names
             with contextlib.suppress(ValueError):
@@ -249,19 +266,19 @@ class Bridge:
         if isinstance(resources_id, str):
             self.by_resources_id.setdefault(resources_id, []).append(session.sid)
         self.metrics.sessions_created.inc()
-        self.metrics.sessions_active.set(len(self.sessions))
+        self.count_sessions()
         return response, session
 
     def close(self, session: Session) -> None:
         self.sessions.close(session.sid)
-        self.metrics.sessions_active.set(len(self.sessions))
+        self.count_sessions()
 
     def close_resources_id(self, resources_id: str) -> list[str]:
         """Revoke every session seeded with this typed ``resources_session_id``; their ids."""
         sids = self.by_resources_id.pop(resources_id, [])
         for sid in sids:
             self.sessions.close(sid)
-        self.metrics.sessions_active.set(len(self.sessions))
+        self.count_sessions()
         return sids
 
     # -- upstream calls -------------------------------------------------------------------------
@@ -274,13 +291,39 @@ class Bridge:
         transport: str,
         emitted: str | None = None,
         rollout: str | None = None,
+        retry: RetryKey | None = None,
     ) -> ToolOutcome:
         """Call ``POST /<name>`` with the session's cookie and the arguments as sent (no schema check
         here: the model reads the upstream's own answer, its validation errors included, as over plain
-        HTTP), capture cookie refreshes, log the call."""
+        HTTP), capture cookie refreshes, log the call. The call runs in a task of its own: a caller
+        that goes away does not cancel it (the upstream may have applied it; the log must say so). A
+        call with a ``retry`` key runs once per key in its session (``bridge.retries``): a repeat gets
+        the first answer, waiting for it while it runs."""
         if name not in session.toolset.tools:
             allowed = ", ".join(session.tool_names) or "none"
             raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", "unknown_tool")
+        if retry is not None:
+            try:
+                first = retries.previous(session, retry, name, arguments)
+            except RetryRefused as exc:
+                raise Rejected(str(exc), "retry") from exc
+            if first is not None and first.answer is not None:
+                self.metrics.retries.labels(retry.matched_by).inc()
+                return await asyncio.shield(first.answer)
+        answer = asyncio.ensure_future(self._call_tool(session, name, arguments, transport, emitted, rollout))
+        if retry is not None:
+            retries.remember(self.sessions, session, retry, name, arguments, answer)
+        return await asyncio.shield(answer)
+
+    async def _call_tool(
+        self,
+        session: Session,
+        name: str,
+        arguments: dict[str, Any],
+        transport: str,
+        emitted: str | None,
+        rollout: str | None,
+    ) -> ToolOutcome:
         if name in self.mcp_native:
             return await self._call_mcp_native(session, name, arguments, transport, emitted)
         body = exactjson.dumps(arguments)
@@ -290,7 +333,7 @@ class Bridge:
             path = self._path(f"/{name}", rollout or session.rollout_id)
             response = await self.upstream.post(path, body, request_headers(session.cookie))
             outcome = outcomes.answered(response)
-            session.cookie = response.cookie_jar(session.cookie)
+            self.sessions.set_cookie(session, response.cookie_jar(session.cookie))
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
         self._finish(session, name, arguments, transport, emitted, outcome, started, clock, body)
@@ -417,6 +460,9 @@ class Bridge:
                 self.metrics.verify_outcomes.labels(
                     "upstream_error" if not answer.is_success else "passthrough"
                 ).inc()
+                if answer.is_success and session is not None:
+                    self.sessions.finish(session)
+                    self.count_sessions()
                 return VerifyOutcome(answer, None, None)
             signed = None
             if session is not None:
@@ -432,7 +478,16 @@ class Bridge:
                 )
             payload, header = verify_mod.finish(prepared, payload, signed)
             self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
+            if session is not None:
+                self.sessions.finish(session)
+                self.count_sessions()
             return VerifyOutcome(answer, payload, header)
+
+    def count_sessions(self) -> None:
+        """Session gauges from the registry; the sessions it ended by itself are released on the
+        upstream too when it has ``/close_session`` (``bridge.releasing``)."""
+        routed = "close_session" in self.upstream_routes
+        self.releaser.settle(lambda s: self._path("/close_session", s.rollout_id) if routed else None)
 
     async def sweep_forever(self, interval_s: float = 5.0) -> None:
         while True:
@@ -444,6 +499,6 @@ class Bridge:
                     self.by_resources_id[resources_id] = open_sids
                 else:
                     del self.by_resources_id[resources_id]
-            self.metrics.sessions_active.set(len(self.sessions))
+            self.count_sessions()
             self.metrics.upstream_up.set(1 if self.not_ready_reason() is None else 0)
             self.metrics.upstream_restarts.set(self.upstream.restarts)

@@ -1,19 +1,30 @@
-"""Per-rollout sessions: the registry that maps a session id to its upstream state.
+"""Per-rollout sessions: the registry that maps a session id to its upstream state, under one byte
+budget.
 
 ``/seed_session`` creates a ``Session`` (seeded row as compact JSON bytes, the upstream cookie,
 the session's interned tool set, the upstream generation it was built on, expiry) and the token
-that names it. Every request carrying that token looks the session up here, in this order of
-refusals: unknown id, closed, expired, lost (the upstream restarted since the seed; or, decided by
-``Bridge.authorize`` from the token's issue time, the bridge itself restarted since). The
-registry is bounded: at most ``max_sessions`` open sessions (``SessionCapReached`` past that),
-and tombstones of closed or lost sessions kept only until their tokens would have expired anyway.
+that names it. A session's life follows a rollout as Gym drives it:
 
-Call logs are bounded too: a session keeps at most ``max_calls_logged`` records and
-``max_session_log_bytes`` of them (``ToolCallRecord.size``), and all open sessions together at
-most ``max_log_bytes``. A call past a cap still runs; it is left out of the log, which is then
-incomplete (``Session.log_complete``), and ``Session.dropped`` keeps how many calls were left out
-and which were the first few, so ``recorded`` verify can refuse naming them
-(``Session.incomplete_reason``). Closing, expiring or losing a session gives its bytes back.
+- **unfinished** from its seed to its first answered ``/verify`` (``finish``): it serves tool
+  calls, counts against ``max_sessions`` and expires ``ttl_s`` after its seed (its token's life);
+- **finished** after that: it keeps what a repeated ``/verify`` and provenance need (row, upstream
+  cookie, token, call log), drops its retry records, serves no more tool calls, never counts
+  against ``max_sessions``, and is the first released when the budget needs room;
+- **ended** when closed, expired, released under the budget (evicted) or lost (the upstream
+  restarted since the seed): a tombstone names which, when and why on later use, until it too is
+  released (tombstones hold at most an eighth of the budget).
+
+Every byte a session holds (``Session.size``: a fixed overhead, row, cookie, token, call log,
+retry records) is charged to ``state_bytes``, kept under ``budget_bytes``: a seed that does not fit
+releases finished sessions (oldest first), then tombstones; past that it is refused
+(``SessionBudgetFull``): unfinished sessions are never released to make room. Sessions the registry
+ended by itself (expired or evicted) are queued in ``released`` for the service to release on the
+upstream too.
+
+Call logs are bounded as before: at most ``max_calls_logged`` records and ``max_session_log_bytes``
+per session, ``max_log_bytes`` across sessions; a call past a cap (or past the budget) still runs,
+its record is left out, the log is incomplete and ``recorded`` verify refuses naming the dropped
+calls (``Session.incomplete_reason``).
 """
 
 from __future__ import annotations
@@ -26,7 +37,22 @@ from typing import Any
 
 from bridge import exactjson
 from bridge.calllog import LogRow, ToolCallRecord
+from bridge.settings import DEFAULT_STATE_BUDGET_BYTES
 from bridge.tools import ToolSet
+
+DEFAULT_MAX_SESSION_LOG_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_LOG_BYTES = 256 * 1024 * 1024
+DROPPED_SHOWN = 3  # dropped calls named individually; the rest are counted
+# Bytes charged for a session besides its row, cookie, token and log: the objects holding them
+# (tracemalloc over 10,000 finished counter sessions with two logged calls: 1,600 B each in all,
+# 400-450 B of it besides the row, cookie, token and log).
+SESSION_OVERHEAD = 512
+SEED_HEADROOM = 1024  # the cookie and token a seed will add, charged before they exist
+TOMBSTONE_BYTES = 200  # an id, a reason and two floats in an ordered dict
+TOMBSTONE_SHARE = 8  # tombstones hold at most 1/8 of the budget
+
+# Why a session ended (the tombstone's kind).
+CLOSED, EXPIRED, EVICTED, LOST = "closed", "expired", "evicted", "lost"
 
 LOST_REASON = (
     "session lost: the upstream resources server restarted after this session was seeded, "
@@ -34,22 +60,39 @@ LOST_REASON = (
 )
 
 
+def _at(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
 def restarted_reason(sid: str, issued_at: int, started_at: float) -> str:
     """The refusal for a session this bridge's own key signed before this process started: the
     sessions lived in the previous process's memory."""
-    seeded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(issued_at))
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at))
     return (
-        f"session lost: session {sid} was seeded at {seeded}, before this bridge restarted at "
-        f"{started}; its state is gone; seed a new session"
+        f"session lost: session {sid} was seeded at {_at(issued_at)}, before this bridge restarted at "
+        f"{_at(started_at)}; its state is gone; seed a new session"
     )
 
 
-CLOSED_REASON = "session closed (its token was revoked by /close_session)"
-EXPIRED_REASON = "session expired"
-DEFAULT_MAX_SESSION_LOG_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_LOG_BYTES = 256 * 1024 * 1024
-DROPPED_SHOWN = 3  # dropped calls named individually; the rest are counted
+def released_reason(sid: str, issued_at: int) -> str:
+    """The refusal for a session this process signed whose record is gone entirely (its tombstone
+    was released too): named, never re-created."""
+    return (
+        f"unknown session {sid} (its token was issued at {_at(issued_at)}): never seeded here, or it ended "
+        "(verified, closed, expired or released under state_budget_bytes) and its record was released; "
+        "seed a new session"
+    )
+
+
+def ended_reason(sid: str, kind: str, when: float, budget: int) -> str:
+    """One line naming a session that ended: which, when and why."""
+    if kind == LOST:
+        return LOST_REASON
+    why = {
+        CLOSED: "closed by /close_session",
+        EXPIRED: "expired (session_ttl_s after its seed)",
+        EVICTED: f"finished, then released to make room under state_budget_bytes={budget}",
+    }[kind]
+    return f"session {sid} ended at {_at(when)}: {why}; seed a new session"
 
 
 class SessionError(Exception):
@@ -60,7 +103,15 @@ class SessionLost(SessionError):
     """The upstream restarted after the session was seeded: its state is gone."""
 
 
+class SessionEnded(SessionError):
+    """The session was closed, expired, released or finished: named, never re-created."""
+
+
 class SessionCapReached(Exception):
+    pass
+
+
+class SessionBudgetFull(Exception):
     pass
 
 
@@ -105,12 +156,15 @@ class Session:
     expires_at: float
     token: str = ""
     upstream_headers: dict[str, str] | None = None  # an MCP-native upstream's own token
-    # The log and its dropped calls are made by the first record: an idle session (most of the
-    # 10,000 a bridge may hold) would otherwise carry two empty lists and an object it never uses.
+    # The log and its dropped calls are made by the first record: an idle session would otherwise
+    # carry two empty lists and an object it never uses.
     _calls: list[LogRow] | None = None  # ToolCallRecord.as_row of each logged call
     _dropped: DroppedCalls | None = None
     log_bytes: int = 0  # sum of the kept records' sizes
     rollout_id: str | None = None  # Gym's /ng-rollout/<id>/ prefix of the seed, when it had one
+    size: int = 0  # bytes charged to the registry's budget
+    finished_at: float | None = None  # when its first /verify was answered
+    retries: dict[str, Any] | None = None  # bridge.retries.Attempt by retry key, while unfinished
 
     @property
     def calls(self) -> list[ToolCallRecord]:
@@ -151,9 +205,16 @@ class Session:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    kind: str  # CLOSED, EXPIRED, EVICTED or LOST
+    at: float  # when it ended
+    until: float  # when its token expires: nobody can name it after that
+
+
 class SessionRegistry:
-    """Open sessions by id, in creation order (expiry is FIFO), with tombstones saying why a closed,
-    expired or lost session is gone, and the byte budgets of their call logs."""
+    """Unfinished sessions in creation order (expiry is FIFO), finished ones in the order they
+    finished (released oldest first), and tombstones of ended ones, all under one byte budget."""
 
     def __init__(
         self,
@@ -162,35 +223,57 @@ class SessionRegistry:
         max_calls_logged: int,
         max_session_log_bytes: int = DEFAULT_MAX_SESSION_LOG_BYTES,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        budget_bytes: int = DEFAULT_STATE_BUDGET_BYTES,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.max_calls_logged = max_calls_logged
         self.max_session_log_bytes = max_session_log_bytes
         self.max_log_bytes = max_log_bytes
-        self.log_bytes = 0  # bytes of call records held by open sessions
-        self._open: OrderedDict[str, Session] = OrderedDict()  # in creation order, so expiry is FIFO
-        self._tombstones: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self.budget_bytes = budget_bytes
+        self.log_bytes = 0  # bytes of call records held by unfinished sessions
+        self.state_bytes = 0  # every byte charged: sessions of both kinds and tombstones
+        self._open: OrderedDict[str, Session] = OrderedDict()  # unfinished, in creation order
+        self._finished: OrderedDict[str, Session] = OrderedDict()  # in the order they finished
+        self._tombstones: OrderedDict[str, Tombstone] = OrderedDict()
         self._generation = 0
+        self.released: list[Session] = []  # ended here (expired, evicted): the service releases upstream
+        self.ended: dict[str, int] = {CLOSED: 0, EXPIRED: 0, EVICTED: 0, LOST: 0}  # counts, for metrics
 
     def __len__(self) -> int:
+        """Unfinished sessions (what ``max_sessions`` bounds)."""
         return len(self._open)
 
     def __contains__(self, sid: object) -> bool:
-        """Whether ``sid`` names an open session (expired ones count until the next sweep)."""
-        return sid in self._open
+        """Whether ``sid`` names a session still held, unfinished or finished."""
+        return sid in self._open or sid in self._finished
 
-    def ensure_room(self, now: float | None = None) -> None:
-        """Sweep, then raise ``SessionCapReached`` when ``max_sessions`` sessions are open."""
+    @property
+    def finished(self) -> int:
+        return len(self._finished)
+
+    # -- seeding -----------------------------------------------------------------------------------
+
+    def ensure_room(self, row_bytes: int = 0, now: float | None = None) -> None:
+        """Sweep, then make room for a seed of ``row_bytes``: ``SessionCapReached`` when
+        ``max_sessions`` sessions are unfinished, ``SessionBudgetFull`` when unfinished sessions
+        alone leave no room in the budget (finished sessions and tombstones are released first)."""
         self.sweep(now)
         if len(self._open) >= self.max_sessions:
             raise SessionCapReached(
-                f"session cap reached ({self.max_sessions} open sessions); retry later or raise max_sessions"
+                f"session cap reached ({self.max_sessions} unfinished sessions); finished rollouts do not "
+                "count: retry later or raise max_sessions"
+            )
+        if not self._make_room(SESSION_OVERHEAD + SEED_HEADROOM + row_bytes):
+            held = self.state_bytes - len(self._tombstones) * TOMBSTONE_BYTES
+            raise SessionBudgetFull(
+                f"session state budget full: {len(self._open)} unfinished sessions hold {held} of "
+                f"state_budget_bytes={self.budget_bytes}; retry later or raise state_budget_bytes"
             )
 
     def create(self, row_json: bytes, cookie: str, toolset: ToolSet, generation: int) -> Session:
         now = time.time()
-        self.ensure_room(now)
+        self.ensure_room(len(row_json), now)
         session = Session(
             sid=uuid.uuid4().hex,
             row_json=row_json,
@@ -200,35 +283,81 @@ class SessionRegistry:
             expires_at=now + self.ttl_s,
         )
         self._open[session.sid] = session
+        self.charge(session, SESSION_OVERHEAD + len(row_json) + len(cookie))
         return session
 
-    def get(self, sid: str, generation: int) -> Session:
-        session = self._open.get(sid)
+    def set_token(self, session: Session, token: str) -> None:
+        self.charge(session, len(token) - len(session.token))
+        session.token = token
+
+    def set_cookie(self, session: Session, cookie: str) -> None:
+        """The session's upstream cookie jar after a call refreshed it."""
+        if cookie is not session.cookie:
+            self.charge(session, len(cookie) - len(session.cookie))
+            session.cookie = cookie
+
+    def charge(self, session: Session, delta: int) -> None:
+        """Count ``delta`` more bytes held by ``session`` (negative: given back); a session no
+        longer held is not charged."""
+        if self._held(session):
+            session.size += delta
+            self.state_bytes += delta
+
+    def _held(self, session: Session) -> bool:
+        return self._open.get(session.sid) is session or self._finished.get(session.sid) is session
+
+    # -- lookups -----------------------------------------------------------------------------------
+
+    def get(self, sid: str, generation: int, finished_ok: bool = False) -> Session:
+        """The session ``sid`` names; a finished one only with ``finished_ok`` (repeated verify,
+        close). ``SessionError`` (``SessionLost``, ``SessionEnded``) naming why otherwise."""
+        session = self._open.get(sid) or self._finished.get(sid)
         if session is None:
             tomb = self._tombstones.get(sid)
-            if tomb is not None:
-                reason = tomb[0]
-                raise SessionLost(reason) if reason.startswith("session lost") else SessionError(reason)
-            raise SessionError(f"unknown session {sid} (expired and evicted, or never seeded here)")
-        if session.expires_at <= time.time():
-            self._bury(session, EXPIRED_REASON)
-            raise SessionError(EXPIRED_REASON)
+            if tomb is None:
+                raise SessionError(f"unknown session {sid} (never seeded here, or released)")
+            reason = ended_reason(sid, tomb.kind, tomb.at, self.budget_bytes)
+            raise SessionLost(reason) if tomb.kind == LOST else SessionEnded(reason)
+        now = time.time()
+        if session.expires_at <= now:
+            self._end(session, EXPIRED, now)
+            raise SessionEnded(ended_reason(sid, EXPIRED, now, self.budget_bytes))
         if session.generation != generation:
-            self._bury(session, LOST_REASON)
+            self._end(session, LOST, now)
             raise SessionLost(LOST_REASON)
+        if session.finished_at is not None and not finished_ok:
+            raise SessionEnded(
+                f"session {sid} finished at {_at(session.finished_at)} (its /verify was answered): its "
+                "tools no longer run; seed a new session for another rollout"
+            )
         return session
 
+    # -- life --------------------------------------------------------------------------------------
+
+    def finish(self, session: Session) -> None:
+        """The session's ``/verify`` was answered: it keeps what a repeated verify needs, drops its
+        retry records and stops counting against ``max_sessions``."""
+        if self._open.get(session.sid) is not session:
+            return
+        del self._open[session.sid]
+        self.log_bytes -= session.log_bytes
+        self._finished[session.sid] = session
+        session.finished_at = time.time()
+        if session.retries is not None:
+            retries, session.retries = session.retries, None
+            self.charge(session, -sum(attempt.size for attempt in retries.values()))
+
     def close(self, sid: str) -> Session | None:
-        session = self._open.get(sid)
+        session = self._open.get(sid) or self._finished.get(sid)
         if session is not None:
-            self._bury(session, CLOSED_REASON)
+            self._end(session, CLOSED, time.time())
         return session
 
     def record(self, session: Session, call: ToolCallRecord) -> None:
         """Log a served call, or leave it out (the log becomes incomplete) when a cap is reached.
 
-        A session no longer open (closed or expired while its call was in flight) logs nothing:
-        nobody can read its log any more, and its bytes were already given back."""
+        A session no longer unfinished (ended or verified while its call was in flight) logs
+        nothing: its bytes were already given back, and its verify did not see the call."""
         if self._open.get(session.sid) is not session:
             return
         cap = self._cap_reached(session, call.size)
@@ -242,6 +371,7 @@ class SessionRegistry:
         session._calls.append(call.as_row())
         session.log_bytes += call.size
         self.log_bytes += call.size
+        self.charge(session, call.size)
 
     def _cap_reached(self, session: Session, size: int) -> str | None:
         """The cap a record of ``size`` bytes would go past, as ``name=value``; None if it fits."""
@@ -251,34 +381,75 @@ class SessionRegistry:
             return f"max_session_log_bytes={self.max_session_log_bytes}"
         if self.log_bytes + size > self.max_log_bytes:
             return f"max_log_bytes={self.max_log_bytes} across all sessions"
+        if not self._make_room(size):
+            return f"state_budget_bytes={self.budget_bytes}"
         return None
 
     def sweep(self, now: float | None = None, generation: int | None = None) -> int:
-        """Evict expired sessions, sessions of a replaced upstream, and stale tombstones.
+        """End expired sessions, sessions of a replaced upstream, and forget stale tombstones.
 
-        Returns how many open sessions were evicted."""
+        Returns how many sessions were ended."""
         now = time.time() if now is None else now
-        evicted = 0
+        ended = 0
         if generation is not None and generation != self._generation:
             self._generation = generation
-            for session in [s for s in self._open.values() if s.generation != generation]:
-                self._bury(session, LOST_REASON)
-                evicted += 1
-        while self._open:
-            sid, session = next(iter(self._open.items()))
-            if session.expires_at > now:
-                break
-            self._bury(session, EXPIRED_REASON)
-            evicted += 1
+            for session in [
+                s for s in (*self._open.values(), *self._finished.values()) if s.generation != generation
+            ]:
+                self._end(session, LOST, now)
+                ended += 1
+        for held in (self._open, self._finished):  # both nearly in expiry order: stop at the first alive
+            while held:
+                session = next(iter(held.values()))
+                if session.expires_at > now:
+                    break
+                self._end(session, EXPIRED, now)
+                ended += 1
         while self._tombstones:
-            sid, (_, until) = next(iter(self._tombstones.items()))
-            if until > now and len(self._tombstones) <= self.max_sessions:
+            sid, tomb = next(iter(self._tombstones.items()))
+            if tomb.until > now:
                 break
-            del self._tombstones[sid]
-        return evicted
+            self._forget(sid)
+        return ended
 
-    def _bury(self, session: Session, reason: str) -> None:
-        """Close an open session for good: keep why as a tombstone, give its log bytes back."""
-        if self._open.pop(session.sid, None) is session:
+    def _make_room(self, needed: int) -> bool:
+        """Release finished sessions, then tombstones, oldest first, until ``needed`` more bytes fit."""
+        now = time.time()
+        while self.state_bytes + needed > self.budget_bytes:
+            if self._finished:
+                self._end(next(iter(self._finished.values())), EVICTED, now)
+            elif self._tombstones:
+                self._forget(next(iter(self._tombstones)))
+            else:
+                return False
+        return True
+
+    def _end(self, session: Session, kind: str, now: float) -> None:
+        """End a held session for good: its bytes given back, a tombstone saying why; sessions the
+        registry ends by itself are queued in ``released``."""
+        sid = session.sid
+        if self._open.get(sid) is session:
+            del self._open[sid]
             self.log_bytes -= session.log_bytes
-        self._tombstones[session.sid] = (reason, session.expires_at)
+        elif self._finished.get(sid) is session:
+            del self._finished[sid]
+        else:
+            return
+        self.state_bytes -= session.size
+        self.ended[kind] += 1
+        if kind in (EXPIRED, EVICTED):
+            self.released.append(session)
+        self._tombstones[sid] = Tombstone(kind, now, session.expires_at)
+        self.state_bytes += TOMBSTONE_BYTES
+        limit = self.budget_bytes // TOMBSTONE_SHARE
+        while len(self._tombstones) * TOMBSTONE_BYTES > limit and self._tombstones:
+            self._forget(next(iter(self._tombstones)))
+
+    def _forget(self, sid: str) -> None:
+        del self._tombstones[sid]
+        self.state_bytes -= TOMBSTONE_BYTES
+
+    def take_released(self) -> list[Session]:
+        """The sessions ended here since the last call (expired, evicted), for upstream release."""
+        released, self.released = self.released, []
+        return released

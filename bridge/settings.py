@@ -25,6 +25,8 @@ ToolSource = Literal["row", "openapi"]
 MIN_KEY_BYTES = 32  # HS256 keys shorter than the hash output weaken it (RFC 7518 section 3.2)
 MAKE_KEY = "openssl rand -hex 32"
 # Values the project's own examples ship in place of a key: a deployment that kept one is refused.
+DEFAULT_STATE_BUDGET_BYTES = 128 * 1024 * 1024
+MIN_STATE_BUDGET_BYTES = 1024 * 1024
 PLACEHOLDER_KEYS = frozenset(
     {"REPLACE-ME-with-the-output-of-openssl-rand-hex-32", "REPLACE-ME-with-another-openssl-rand-hex-32"}
 )
@@ -67,7 +69,20 @@ class Settings(BaseSettings):
     )
     secret_file: Path | None = Field(None, description="file holding the key(s), one per line")
     session_ttl_s: float = Field(3600.0, gt=0, description="session and token lifetime")
-    max_sessions: int = Field(10000, ge=1, description="open sessions before /seed_session answers 503")
+    max_sessions: int = Field(
+        10000,
+        ge=1,
+        description="unfinished sessions (seeded, not yet verified or closed) before /seed_session answers "
+        "503; finished rollouts never count",
+    )
+    state_budget_bytes: int | None = Field(
+        None,
+        ge=1024 * 1024,
+        description="bytes of session state kept in all (rows, cookies, tokens, call logs, retry answers, "
+        "tombstones); finished sessions are released first when it is full, and a seed is refused (503) only "
+        "when unfinished sessions alone fill it (default: 128 MiB, or a quarter of the container's memory "
+        "limit when that is smaller)",
+    )
     tool_timeout_s: float = Field(60.0, gt=0, description="budget of one upstream tool call")
     verify_timeout_s: float = Field(300.0, gt=0, description="budget of one upstream /verify")
     api_key: SecretStr | None = Field(
@@ -116,6 +131,18 @@ class Settings(BaseSettings):
         "default: from advertise_url: its domain suffix, same scheme and port, for a name of 3+ labels "
         "(http://*.bridge.ns.svc:8000); any loopback name, any port, for a loopback URL; else its host, "
         "any port",
+    )
+    upstream_connections: int = Field(
+        256,
+        ge=1,
+        description="connections to the upstream open at once; a call past them waits for one (queued, "
+        "within its budget), never fails for it",
+    )
+    peer_connections: int = Field(
+        128,
+        ge=1,
+        description="connections to each other replica open at once (forwarding); a request past them "
+        "waits for one (queued, within its budget)",
     )
     max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
     max_session_log_bytes: int = Field(
@@ -232,10 +259,36 @@ class Settings(BaseSettings):
                 )
         return keys, False
 
+    def resolved_state_budget(self) -> int:
+        """``state_budget_bytes``, else 128 MiB capped at a quarter of the cgroup's memory limit."""
+        if self.state_budget_bytes is not None:
+            return self.state_budget_bytes
+        limit = memory_limit()
+        budget = DEFAULT_STATE_BUDGET_BYTES
+        return max(MIN_STATE_BUDGET_BYTES, min(budget, limit // 4)) if limit else budget
+
     def resolved_gym_python(self) -> Path:
         if self.gym_python is not None:
             return self.gym_python
         return PROJECT_ROOT / ".gym-env" / "bin" / "python"
+
+
+def memory_limit(
+    paths: tuple[str, ...] = (
+        "/sys/fs/cgroup/memory.max",  # cgroup v2
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+    ),
+) -> int | None:
+    """This process's cgroup memory limit in bytes (a container's ``--memory``), None when unlimited."""
+    for path in paths:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # v1 writes a huge number for "no limit"
+            return int(text)
+        return None
+    return None
 
 
 def advertise_url(settings: Settings, bound: tuple[str, int]) -> str:

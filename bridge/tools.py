@@ -166,12 +166,21 @@ def unsafe_names(names: Iterable[str], server_name: str) -> list[str]:
 
 
 class ToolSets:
-    """The upstream's OpenAPI tool set, plus row tool sets interned by content."""
+    """The upstream's OpenAPI tool set, plus row tool sets interned by content; ``spec`` is the
+    upstream's OpenAPI document as discovery read it (the bridge's own ``/openapi.json`` is made
+    from it)."""
 
-    def __init__(self, openapi: ToolSet, catch_all: bool, sources: list[str]) -> None:
+    def __init__(
+        self,
+        openapi: ToolSet,
+        catch_all: bool,
+        sources: list[str],
+        spec: Mapping[str, Any] | None = None,
+    ) -> None:
         self.openapi = openapi
         self.catch_all = catch_all
         self.sources = sources
+        self.spec: Mapping[str, Any] = spec if spec is not None else {}
         self._interned: OrderedDict[bytes, ToolSet] = OrderedDict()
 
     def for_row(self, row_tools: list[ToolSpec]) -> ToolSet:

@@ -5,6 +5,8 @@
 #                                     (none given: every lock already there); `make gym-lock`
 #   scripts/lock.sh uv [UV_VERSION]   scripts/uv-requirements.txt (default: the version it pins);
 #                                     `make uv-lock`
+#   scripts/lock.sh evaluator [VERSION]  scripts/evaluator-env/nemo-evaluator-VERSION.lock.txt
+#                                     (default 0.3.0): NeMo Evaluator's Gym client, see below
 #
 # A Gym lock is nemo-gym==VERSION with its hashes (installed --no-deps: not its training stack) plus
 # a universal resolution (every OS and architecture, so x86_64 and aarch64 images install the same
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 uv=${UV:-$(command -v uv || echo .cache/uv-venv/bin/uv)}
-what=${1:?usage: scripts/lock.sh gym [VERSION...] | uv [UV_VERSION]}
+what=${1:?usage: scripts/lock.sh gym [VERSION...] | uv [UV_VERSION] | evaluator [VERSION]}
 shift
 
 lock_gym() {
@@ -76,7 +78,33 @@ lock_uv() {
   echo "$out: uv $version, $(grep -c -- '--hash=sha256:' "$out") hashes" >&2
 }
 
+# NeMo Evaluator's Gym client for tests/test_clients_evaluator.py and examples/evaluator/:
+# nemo-evaluator==VERSION with its hashes (installed --no-deps) plus the universal resolution of
+# scripts/evaluator-env/import-slice.in (Python >= 3.12), every file hashed; installed into
+# .cache/evaluator-env by scripts/setup-evaluator-env.sh.
+lock_evaluator() {
+  local version=$1 input=scripts/evaluator-env/import-slice.in lock tmp
+  lock=scripts/evaluator-env/nemo-evaluator-$version.lock.txt
+  tmp=$(mktemp -d)
+  echo "nemo-evaluator==$version" > "$tmp/evaluator.in"
+  "$uv" pip compile -q --universal --generate-hashes --no-header --no-annotate --no-deps \
+    --python-version 3.12 "$tmp/evaluator.in" -o "$tmp/evaluator.txt"
+  "$uv" pip compile -q --universal --generate-hashes --no-header \
+    --python-version 3.12 "$input" -o "$tmp/slice.txt"
+  {
+    echo "# nemo-evaluator $version and the import slice of its Gym client: every version pinned, every"
+    echo "# file hashed, for every platform (a universal resolution, Python >= 3.12)."
+    echo "# Made by: scripts/lock.sh evaluator $version, from PyPI"
+    echo "# input: $input sha256:$(sha256sum "$input" | cut -d' ' -f1)"
+    echo "# Installed by scripts/setup-evaluator-env.sh: uv pip install --no-deps --require-hashes -r THIS"
+    cat "$tmp/evaluator.txt" "$tmp/slice.txt"
+  } > "$lock"
+  rm -rf "$tmp"
+  echo "$lock: $(grep -c '^[A-Za-z0-9]' "$lock") packages, sha256 $(sha256sum "$lock" | cut -d' ' -f1)" >&2
+}
+
 case "$what" in
+  evaluator) lock_evaluator "${1:-0.3.0}" ;;
   gym)
     versions=("$@")
     if [ ${#versions[@]} -eq 0 ]; then
@@ -88,5 +116,5 @@ case "$what" in
     for version in "${versions[@]}"; do lock_gym "$version"; done
     ;;
   uv) lock_uv "${1:-$(sed -n 's/^uv==\([^ ]*\).*/\1/p' scripts/uv-requirements.txt)}" ;;
-  *) echo "usage: scripts/lock.sh gym [VERSION...] | uv [UV_VERSION]" >&2; exit 2 ;;
+  *) echo "usage: scripts/lock.sh gym [VERSION...] | uv [UV_VERSION] | evaluator [VERSION]" >&2; exit 2 ;;
 esac

@@ -4,8 +4,10 @@ resources server under it), real upstreams, and the official MCP SDK client."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -42,6 +44,13 @@ def gym_data(env: str, name: str = "example.jsonl") -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def soft_open_files(soft: int, hard: int | None = None) -> None:
+    """Set this process's ``RLIMIT_NOFILE`` (in a child, before it runs: ``preexec_fn``); the hard
+    limit unchanged unless given."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard is None else hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -64,6 +73,8 @@ class BridgeProcess:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    open_files: int | None = None  # start with this soft RLIMIT_NOFILE
+    hard_open_files: int | None = None  # and this hard one (default: unchanged)
 
     @property
     def url(self) -> str:
@@ -79,6 +90,9 @@ class BridgeProcess:
             env=env,
             stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
+            preexec_fn=None
+            if self.open_files is None
+            else functools.partial(soft_open_files, self.open_files, self.hard_open_files),
         )
         if wait_ready:
             self.wait_ready(timeout)

@@ -33,6 +33,8 @@ SERVICE_LEVEL = frozenset(
         "service",
         "discovery",
         "sessions",
+        "retries",
+        "releasing",
         "tokens",
         "tools",
         "calllog",
@@ -44,7 +46,8 @@ SERVICE_LEVEL = frozenset(
         "tracing",
     )
 )
-LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson"})  # import nothing of bridge/; all may import
+# import nothing of bridge/; all may import
+LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson", "bridge.limits"})
 ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
 
 

@@ -279,7 +279,7 @@ class Encoding:
         self.endpoint = endpoint
         self.reply = Reply("", False)
 
-        async def answer(token: str | None, name: str, arguments: Any) -> Reply:
+        async def answer(token: str | None, name: str, arguments: Any, retry: Any) -> Reply:
             return self.reply
 
         endpoint._call = answer  # type: ignore[method-assign]  # the handler of both paths

@@ -320,7 +320,9 @@ async def counter_mcp_client(base: str, initial: int, increments: list[int], exp
     assert closed.status_code == 200, closed.text
     for _ in range(3):  # wherever the balancer sends it, the owner answers: the session is closed
         refused = httpx.post(f"{base}/get_counter_value", json={}, headers=headers, timeout=60)
-        assert refused.status_code == 401 and "session closed" in refused.json()["detail"], refused.text
+        assert refused.status_code == 409 and "closed by /close_session" in refused.json()["detail"], (
+            refused.text
+        )
     return Rollout(owner_of(seeded.json()), verdict.json()["reward"], state, len(increments))
 
 
@@ -574,7 +576,7 @@ async def test_what_the_owner_says_about_a_session_it_does_not_know_comes_back_u
     # the same for a session the owner lost (closed there): its own refusal, through any replica
     httpx.post(f"{b.url}/close_session", json={}, headers={HEADER: token}, timeout=10)
     via = httpx.post(f"{a.url}/get_counter_value", json={}, headers={HEADER: token}, timeout=10)
-    assert via.status_code == 401 and "session closed" in via.json()["detail"], via.text
+    assert via.status_code == 409 and "closed by /close_session" in via.json()["detail"], via.text
 
 
 async def test_owner_killed_mid_rollout_is_a_502_naming_it(

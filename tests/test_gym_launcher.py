@@ -43,6 +43,7 @@ from tests.interop.gym_launcher import (
     agent_in_front_of,
     bridge_audit_log,
     counter_cases,
+    in_process_exposure,
     policy,
     shipped_rows,
 )
@@ -74,15 +75,7 @@ class Launched:
 def reference_config(work: Path, remote: BridgeProcess) -> Path:
     """The three example agents again, each in front of Gym's own in-process MCP exposure of the same
     environment, and simple_agent in front of ``remote``, a bridge already running (the remote mode)."""
-    config: dict[str, Any] = {
-        IN_PROCESS: {
-            "resources_servers": {
-                ENV: {"entrypoint": "app.py", "domain": "agent", "expose_tools_over_mcp": True}
-            }
-        }
-    }
-    for agent in AGENTS:
-        config[f"{agent}_in_process"] = agent_in_front_of(EXAMPLES / f"{agent}.yaml", agent, IN_PROCESS)
+    config = in_process_exposure(ENV, IN_PROCESS, {agent: EXAMPLES / f"{agent}.yaml" for agent in AGENTS})
     config[REMOTE] = {
         "resources_servers": {
             BRIDGE: {

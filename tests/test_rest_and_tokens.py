@@ -80,9 +80,9 @@ async def test_closed_session_token_is_revoked(counter_bridge: BridgeProcess) ->
     assert closed.status_code == 200 and closed.json()["closed"] is True
     async with mcp_client(f"{counter_bridge.url}/mcp", token) as client:
         result = await client.call_tool("get_counter_value", {})
-    assert result.is_error and "session closed" in result.content[0].text  # type: ignore[union-attr]
+    assert result.is_error and "closed by /close_session" in result.content[0].text  # type: ignore[union-attr]
     again = httpx.post(f"{counter_bridge.url}/verify", json={}, headers={HEADER: token})
-    assert again.status_code == 401 and "session closed" in again.json()["detail"]
+    assert again.status_code == 409 and "closed by /close_session" in again.json()["detail"]
 
 
 async def test_session_allow_list_comes_from_the_row(counter_bridge: BridgeProcess) -> None:
@@ -107,7 +107,7 @@ def test_session_cap_answers_503_with_retry_after_and_keeps_existing_sessions(sp
     refused = httpx.post(f"{bridge.url}/seed_session", json=counter_row(9))
     assert refused.status_code == 503
     assert refused.headers["retry-after"].isdigit()
-    assert "session cap reached (2 open sessions)" in refused.json()["detail"]
+    assert "session cap reached (2 unfinished sessions)" in refused.json()["detail"]
     assert [counter(bridge, t) for t in tokens] == [7, 8]
     httpx.post(f"{bridge.url}/close_session", json={}, headers={HEADER: tokens[0]})
     assert httpx.post(f"{bridge.url}/seed_session", json=counter_row(9)).status_code == 200

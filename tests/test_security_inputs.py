@@ -9,6 +9,7 @@ to run against; hypothesis covers that surface instead.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.parse
@@ -28,6 +29,7 @@ from tests.fixtures.helpers import (
     bridge_log_problems,
     external_bridge,
     mcp_post,
+    metric,
     openapi_row,
     rpc_call,
     seed,
@@ -369,6 +371,73 @@ def test_api_key_refuses_every_near_miss_without_reaching_the_upstream(log_dir: 
         token = good.json()["mcp"]["headers"][HEADER]
         served = mcp_post(bridge, rpc_call("increment_counter", {"count": 1}), token)
         assert served.status_code == 200 and not served.json()["result"].get("isError")
+    finally:
+        bridge.stop()
+
+
+def _basic(user: bytes, password: bytes) -> str:
+    return "Basic " + base64.b64encode(user + b":" + password).decode()
+
+
+BASIC_NEAR_MISSES: list[tuple[str, str]] = [
+    ("wrong password, same length", _basic(b"eval", b"x" * len(API_KEY))),
+    ("empty password", _basic(b"eval", b"")),
+    ("the key as the user name", _basic(API_KEY.encode(), b"")),
+    ("no colon", "Basic " + base64.b64encode(API_KEY.encode()).decode()),
+    ("password a prefix of the key", _basic(b"eval", API_KEY[:-1].encode())),
+    ("password the key plus a suffix", _basic(b"eval", API_KEY.encode() + b"x")),
+    ("not base64", "Basic " + base64.b64encode(b"eval:" + API_KEY.encode()).decode() + "!"),
+    ("two spaces", "Basic  " + base64.b64encode(b"eval:" + API_KEY.encode()).decode()),
+    ("scheme only", "Basic"),
+    ("Bearer of the Basic credentials", "Bearer " + base64.b64encode(b"eval:" + API_KEY.encode()).decode()),
+]
+
+
+def test_api_key_as_the_basic_password_is_accepted_and_near_misses_are_not(
+    log_dir: Path, upstream: str
+) -> None:
+    """RFC 7617 Basic with the key as the password (any user name): what clients that can only put a
+    credential in the URL (http://user:KEY@host/) send. Every near miss is a 401 that never reaches
+    the upstream, on the REST routes and on GET /openapi.json."""
+    bridge = external_bridge(log_dir, upstream, GYM_MCP_BRIDGE_API_KEY=API_KEY)
+    try:
+        before = upstream_posts(upstream)
+        refused_before = metric(bridge, "gym_mcp_bridge_rejections_total", reason="api_key")
+        with httpx.Client(timeout=10) as http:
+            for label, value in BASIC_NEAR_MISSES:
+                headers = {"authorization": value}
+                for route in GUARDED_ROUTES:
+                    response = http.post(f"{bridge.url}{route}", json=counter_row(0), headers=headers)
+                    assert response.status_code == 401, (label, route, response.text)
+                    assert "missing or wrong API key" in response.json()["detail"], (label, route)
+                document = http.get(f"{bridge.url}/openapi.json", headers=headers)
+                assert document.status_code == 401, (label, document.text)
+            assert http.get(f"{bridge.url}/openapi.json").status_code == 401
+        assert upstream_posts(upstream) == before, "a request without the right API key reached the upstream"
+        assert metric(bridge, "gym_mcp_bridge_rejections_total", reason="api_key") == refused_before + (
+            len(BASIC_NEAR_MISSES) * (len(GUARDED_ROUTES) + 1) + 1
+        )
+        # any user name, the scheme in any case, and credentials in the URL as httpx sends them
+        accepted = [
+            _basic(b"eval", API_KEY.encode()),
+            _basic(b"", API_KEY.encode()),
+            _basic("é".encode(), API_KEY.encode()),
+            "basic " + base64.b64encode(b"x:" + API_KEY.encode()).decode(),
+        ]
+        for value in accepted:
+            good = httpx.post(
+                f"{bridge.url}/seed_session",
+                json=counter_row(0),
+                headers={"authorization": value},
+                timeout=10,
+            )
+            assert good.status_code == 200, (value, good.text)
+        in_url = httpx.URL(bridge.url).copy_with(username="evaluator", password=API_KEY)
+        assert httpx.get(f"{in_url}/openapi.json", timeout=10).status_code == 200
+        assert upstream_posts(upstream) == before + 4
+        log = bridge.log()
+        assert API_KEY not in log
+        assert not [v for v in accepted if v.split(" ", 1)[1] in log], "a credential reached the log"
     finally:
         bridge.stop()
 

@@ -158,7 +158,7 @@ async def test_replay_after_close_session_refused(target: BridgeProcess) -> None
     token = seed(target, counter_row(0))
     closed = httpx.post(f"{target.url}/close_session", json={}, headers={HEADER: token}, timeout=10)
     assert closed.status_code == 200, closed.text
-    await assert_refused_everywhere(target, token, "session closed")
+    await assert_refused_everywhere(target, token, "closed by /close_session")
 
 
 async def test_token_of_session_a_never_acts_on_session_b(target: BridgeProcess) -> None:

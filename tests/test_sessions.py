@@ -15,8 +15,14 @@ from bridge.calllog import ToolCallRecord, record_size
 from bridge.sessions import (
     DROPPED_SHOWN,
     LOST_REASON,
+    SEED_HEADROOM,
+    SESSION_OVERHEAD,
+    TOMBSTONE_BYTES,
+    TOMBSTONE_SHARE,
     Session,
+    SessionBudgetFull,
     SessionCapReached,
+    SessionEnded,
     SessionError,
     SessionLost,
     SessionRegistry,
@@ -33,8 +39,11 @@ def registry(
     max_calls_logged: int = 100,
     max_session_log_bytes: int = 10_000,
     max_log_bytes: int = 100_000,
+    budget_bytes: int = 64 * 1024 * 1024,
 ) -> SessionRegistry:
-    return SessionRegistry(ttl_s, max_sessions, max_calls_logged, max_session_log_bytes, max_log_bytes)
+    return SessionRegistry(
+        ttl_s, max_sessions, max_calls_logged, max_session_log_bytes, max_log_bytes, budget_bytes
+    )
 
 
 def open_session(sessions: SessionRegistry, generation: int = GENERATION) -> Session:
@@ -94,11 +103,12 @@ def test_expired_session_is_refused_and_tombstoned_as_expired() -> None:
     sessions = registry()
     session = open_session(sessions)
     session.expires_at = time.time() - 1
-    with pytest.raises(SessionError, match=r"^session expired$") as first:
+    expired = rf"^session {session.sid} ended at \S+Z: expired \(session_ttl_s after its seed\); seed a new session$"
+    with pytest.raises(SessionEnded, match=expired) as first:
         sessions.get(session.sid, GENERATION)
     assert not isinstance(first.value, SessionLost)
     assert len(sessions) == 0
-    with pytest.raises(SessionError, match=r"^session expired$"):  # the tombstone answers now
+    with pytest.raises(SessionEnded, match=expired):  # the tombstone answers now
         sessions.get(session.sid, GENERATION)
 
 
@@ -108,7 +118,7 @@ def test_sweep_evicts_expired_sessions_in_creation_order() -> None:
     young.expires_at = old.expires_at + 5
     assert sessions.sweep(now=old.expires_at) == 1
     assert sessions.get(young.sid, GENERATION) is young
-    with pytest.raises(SessionError, match="expired"):  # its token expired too: no tombstone needed
+    with pytest.raises(SessionError, match="unknown session"):  # its token expired too: no tombstone needed
         sessions.get(old.sid, GENERATION)
     assert sessions.sweep(now=young.expires_at) == 1 and len(sessions) == 0
 
@@ -116,7 +126,7 @@ def test_sweep_evicts_expired_sessions_in_creation_order() -> None:
 def test_session_cap_counts_open_sessions_only() -> None:
     sessions = registry(max_sessions=2)
     first, _ = open_session(sessions), open_session(sessions)
-    with pytest.raises(SessionCapReached, match=r"session cap reached \(2 open sessions\)"):
+    with pytest.raises(SessionCapReached, match=r"session cap reached \(2 unfinished sessions\)"):
         open_session(sessions)
     with pytest.raises(SessionCapReached, match="retry later or raise max_sessions"):
         sessions.ensure_room()  # what the service asks before the upstream sees a seed
@@ -131,7 +141,9 @@ def test_closed_session_is_refused_with_the_closed_reason() -> None:
     session = open_session(sessions)
     assert sessions.close(session.sid) is session
     assert sessions.close(session.sid) is None  # closing twice is harmless
-    with pytest.raises(SessionError, match="session closed") as info:
+    with pytest.raises(
+        SessionEnded, match=f"session {session.sid} ended at .*: closed by /close_session"
+    ) as info:
         sessions.get(session.sid, GENERATION)
     assert not isinstance(info.value, SessionLost)
 
@@ -155,24 +167,28 @@ def test_tombstones_are_forgotten_once_their_tokens_expired() -> None:
     session = open_session(sessions)
     sessions.close(session.sid)
     sessions.sweep(now=session.expires_at - 1)
-    with pytest.raises(SessionError, match="session closed"):
+    with pytest.raises(SessionError, match="closed by /close_session"):
         sessions.get(session.sid, GENERATION)
     sessions.sweep(now=session.expires_at + 1)
     with pytest.raises(SessionError, match="unknown session"):
         sessions.get(session.sid, GENERATION)
 
 
-def test_tombstones_are_bounded_by_max_sessions() -> None:
-    sessions = registry(max_sessions=3)
+def test_tombstones_hold_at_most_an_eighth_of_the_budget() -> None:
+    budget = 1024 * 1024
+    sessions = registry(max_sessions=100_000, budget_bytes=budget)
+    limit = budget // TOMBSTONE_SHARE // TOMBSTONE_BYTES
     closed = []
-    for _ in range(6):
+    for _ in range(limit + 50):
         session = open_session(sessions)
         sessions.close(session.sid)
         closed.append(session.sid)
-    sessions.sweep()
-    assert len(sessions._tombstones) <= 3
-    with pytest.raises(SessionError, match="session closed"):  # the newest are the ones kept
+    assert len(sessions._tombstones) == limit
+    with pytest.raises(SessionEnded, match="closed by /close_session"):  # the newest are the ones kept
         sessions.get(closed[-1], GENERATION)
+    with pytest.raises(SessionError, match="unknown session"):
+        sessions.get(closed[0], GENERATION)
+    assert sessions.state_bytes == limit * TOMBSTONE_BYTES
 
 
 # -- call-log budgets ----------------------------------------------------------------------------
@@ -367,3 +383,92 @@ def test_registry_defaults_match_the_settings_defaults() -> None:
     sessions = SessionRegistry(settings.session_ttl_s, settings.max_sessions, settings.max_calls_logged)
     assert sessions.max_session_log_bytes == settings.max_session_log_bytes == 16 * 1024 * 1024
     assert sessions.max_log_bytes == settings.max_log_bytes == 256 * 1024 * 1024
+    assert sessions.budget_bytes == settings.resolved_state_budget() == 128 * 1024 * 1024
+
+
+# -- the lifecycle a training run drives: finished sessions, the state budget ----------------------
+
+
+def test_a_finished_session_serves_only_a_repeated_verify_and_leaves_the_cap() -> None:
+    sessions = registry(max_sessions=2)
+    first, second = open_session(sessions), open_session(sessions)
+    with pytest.raises(SessionCapReached):
+        sessions.ensure_room()
+    sessions.finish(first)
+    sessions.ensure_room()  # a finished rollout does not count
+    assert len(sessions) == 1 and sessions.finished == 1
+    assert sessions.get(first.sid, GENERATION, finished_ok=True) is first  # a repeated /verify
+    with pytest.raises(SessionEnded, match=f"session {first.sid} finished at .*: its tools no longer run"):
+        sessions.get(first.sid, GENERATION)
+    assert sessions.get(second.sid, GENERATION) is second
+    assert sessions.close(first.sid) is first  # a finished session can still be closed
+    with pytest.raises(SessionEnded, match="closed by /close_session"):
+        sessions.get(first.sid, GENERATION, finished_ok=True)
+
+
+def test_finished_sessions_never_refuse_a_seed_and_keep_memory_bounded() -> None:
+    """A stream of rollouts that are verified and never closed: every seed is accepted, and the
+    bytes held stay under the budget (the oldest finished sessions are released, named later)."""
+    budget = 1024 * 1024
+    sessions = registry(max_sessions=10, budget_bytes=budget)
+    seeded = []
+    for _ in range(5000):
+        session = open_session(sessions)
+        sessions.record(session, sized(100))
+        sessions.finish(session)
+        seeded.append(session.sid)
+        assert sessions.state_bytes <= budget
+    assert len(sessions) == 0 and 0 < sessions.finished < 5000
+    assert sessions.get(seeded[-1], GENERATION, finished_ok=True).sid == seeded[-1]
+    with pytest.raises(
+        SessionEnded, match=rf"finished, then released to make room under state_budget_bytes={budget}"
+    ):
+        sessions.get(seeded[len(seeded) - sessions.finished - 1], GENERATION, finished_ok=True)
+    evicted = sessions.take_released()
+    assert len(evicted) == 5000 - sessions.finished and sessions.take_released() == []
+    assert sessions.ended["evicted"] == len(evicted)
+
+
+def test_a_seed_is_refused_only_when_unfinished_sessions_fill_the_budget() -> None:
+    budget = 1024 * 1024
+    sessions = registry(max_sessions=100_000, budget_bytes=budget)
+    row = b"x" * 100_000
+    held = []
+    with pytest.raises(SessionBudgetFull) as refused:  # noqa: PT012
+        while True:
+            held.append(sessions.create(row, "jar=1", ToolSet(tools={}), GENERATION))
+    assert str(refused.value).startswith(f"session state budget full: {len(held)} unfinished sessions hold ")
+    assert str(refused.value).endswith(
+        f"of state_budget_bytes={budget}; retry later or raise state_budget_bytes"
+    )
+    assert len(held) == (budget) // (SESSION_OVERHEAD + len(row) + len("jar=1"))
+    sessions.finish(held[0])  # finished: released for the next seed
+    sessions.ensure_room(len(row))
+    assert sessions.get(held[1].sid, GENERATION) is held[1]  # unfinished ones are never released
+    assert SEED_HEADROOM > 0
+
+
+def test_bytes_charged_follow_what_a_session_holds() -> None:
+    sessions = registry()
+    session = open_session(sessions)
+    base = SESSION_OVERHEAD + len(b'{"initial_count": 0}') + len("jar=1")
+    assert session.size == sessions.state_bytes == base
+    sessions.set_token(session, "t" * 400)
+    cookie = "jar=" + "1" * 100
+    sessions.set_cookie(session, cookie)
+    sessions.record(session, sized(70))
+    assert session.size == sessions.state_bytes == base + 400 + len(cookie) - len("jar=1") + 70
+    sessions.finish(session)
+    assert sessions.state_bytes == session.size  # a finished session keeps its row, cookie, token, log
+    sessions.close(session.sid)
+    assert sessions.state_bytes == TOMBSTONE_BYTES
+
+
+def test_expired_finished_and_unfinished_sessions_are_queued_for_upstream_release() -> None:
+    sessions = registry(ttl_s=10)
+    finished, unfinished, closed = open_session(sessions), open_session(sessions), open_session(sessions)
+    sessions.finish(finished)
+    sessions.close(closed.sid)  # the client closed it: the upstream got its /close_session already
+    assert sessions.sweep(now=time.time() + 11) == 2
+    assert {s.sid for s in sessions.take_released()} == {finished.sid, unfinished.sid}
+    assert sessions.ended == {"closed": 1, "expired": 2, "evicted": 0, "lost": 0}

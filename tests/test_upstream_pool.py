@@ -8,12 +8,18 @@ malformed HTTP, no answer in time, ``connection: close`` without closing. After 
 on the same pool must get its own answer (its id, on a fresh connection) and the misbehaving
 connection must have been closed by the client. Unsafe paths and headers are refused before a byte
 is written (the server sees no request), by the pool, ``Upstream.post`` and the httpx path alike.
+The pool is bounded: past the bound a request waits for a connection (counted as queued), a burst
+leaves at most ``max_idle`` idle connections and the sweep closes those after ``expiry_s``, and a
+connect that fails for want of a descriptor waits and connects again, logged; a request the upstream
+fails (the caller's 502) is logged too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import logging
 import select
 import time
 from collections.abc import AsyncIterator
@@ -22,8 +28,9 @@ from typing import Any
 import pytest
 
 from bridge.settings import Settings
-from bridge.upstream import Upstream, UpstreamRequestRefused
-from bridge.upstream.transport import KeepAlivePool
+from bridge.upstream import Upstream, UpstreamRequestRefused, UpstreamUnavailable
+from bridge.upstream.transport import KeepAlivePool, PoolStats
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -378,5 +385,92 @@ async def test_upstream_post_raises_upstream_request_refused(upstream: Misbehavi
         assert good.json()["id"] == 2
         await asyncio.sleep(0.05)
         assert upstream.requests == [(1, "/get_counter_value", 2)]
+    finally:
+        await bridge_upstream.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded: past the bound a request waits (queued), a burst leaves no crowd of idle connections
+# --------------------------------------------------------------------------------------------
+
+
+async def until(predicate: Any, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while not predicate() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return bool(predicate())
+
+
+async def test_requests_past_the_bound_wait_for_a_connection_and_are_counted(upstream: Misbehaving) -> None:
+    pool = KeepAlivePool(upstream.url, max_connections=3, expiry_s=60.0, connect_timeout_s=2.0)
+    try:
+        calls = [asyncio.ensure_future(call(pool, "/slow", rid, timeout=30)) for rid in range(12)]
+        assert await until(lambda: pool.stats().queued == 9)
+        assert pool.stats() == PoolStats(busy=3, idle=0, queued=9, limit=3)
+        answers = await asyncio.gather(*calls)
+        assert sorted(answer["id"] for answer in answers) == list(range(12))
+        assert upstream.connections == 3, "never more connections than the bound"
+        assert pool.stats() == PoolStats(busy=0, idle=3, queued=0, limit=3)
+    finally:
+        pool.close()
+
+
+async def test_a_burst_leaves_at_most_max_idle_connections_and_the_sweep_closes_those(
+    upstream: Misbehaving,
+) -> None:
+    pool = KeepAlivePool(upstream.url, max_connections=16, expiry_s=0.5, connect_timeout_s=2.0, max_idle=2)
+    try:
+        answers = await asyncio.gather(*(call(pool, "/slow", rid, timeout=30) for rid in range(16)))
+        assert sorted(answer["id"] for answer in answers) == list(range(16)) and upstream.connections == 16
+        assert len(pool.idle) == 2, "past max_idle a connection is closed when its exchange ends"
+        assert await until(lambda: len(upstream.closed) == 14)
+        # no request comes: the sweep closes the last two once they have been idle expiry_s
+        assert await until(lambda: len(upstream.closed) == 16 and not pool.idle)
+        assert pool.stats() == PoolStats(limit=16)
+    finally:
+        pool.close()
+
+
+async def test_a_connect_without_a_descriptor_waits_and_connects_again(
+    upstream: Misbehaving, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = asyncio.get_running_loop()
+    if "uvloop" in type(loop).__module__:
+        pytest.skip("patches the asyncio loop's create_connection (uvloop's cannot be patched)")
+    connect = loop.create_connection
+    failures = iter([OSError(errno.EMFILE, "Too many open files")] * 3)
+
+    async def scarce(*args: Any, **kwargs: Any) -> Any:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "create_connection", scarce)
+    pool = KeepAlivePool(upstream.url, max_connections=2, expiry_s=60.0, connect_timeout_s=5.0)
+    try:
+        with caplog.at_level(logging.WARNING, "gym_mcp_bridge.transport"):
+            assert (await call(pool, "/ok", 1, timeout=10))["id"] == 1
+        assert next(failures, None) is None and upstream.requests == [(1, "/ok", 1)]
+        assert any(
+            "[Errno 24] Too many open files" in r.message and "waits and connects again" in r.message
+            for r in caplog.records
+        ), caplog.text
+    finally:
+        pool.close()
+
+
+async def test_a_request_the_upstream_fails_is_logged_once_a_second_with_the_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nothing_there = f"http://127.0.0.1:{free_port()}"  # connection refused: the caller's 502
+    bridge_upstream = Upstream(Settings(upstream_url=nothing_there))
+    try:
+        with caplog.at_level(logging.WARNING, "gym_mcp_bridge.upstream"):
+            for _ in range(3):
+                with pytest.raises(UpstreamUnavailable):
+                    await bridge_upstream.post("/ok", b'{"id": 1}', JSON, 2.0)
+        lines = [r.message for r in caplog.records if r.message.startswith("upstream failed on /ok: ")]
+        assert len(lines) == 1 and lines[0].endswith("(1 such failures since the last line)"), caplog.text
     finally:
         await bridge_upstream.stop()

@@ -29,7 +29,7 @@ from typing import Any
 import uvicorn
 from pydantic import SecretStr, ValidationError
 
-from bridge import __version__
+from bridge import __version__, limits
 from bridge.settings import ENV_PREFIX, MAKE_KEY, PLACEHOLDER_KEYS, Settings, describe_error, is_loopback
 
 log = logging.getLogger("gym_mcp_bridge")
@@ -225,10 +225,10 @@ async def serve(settings: Settings) -> None:
         raise StartupError(front.failure)
 
 
-def _run(coro: Any) -> None:
-    import uvloop
+def _run(coro: Any, connection_limit: int) -> None:
+    from bridge.http import accept
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=lambda: accept.new_event_loop(connection_limit)) as runner:
         runner.run(coro)
 
 
@@ -238,7 +238,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     warn_secret_flags(args)
     for note in notes:
         log.info("%s", note)
-    _run(serve(settings))
+    # Once per process, before anything is opened or spawned: the managed upstream inherits it.
+    open_files = limits.raise_open_files()
+    connection_limit = limits.connection_budget(
+        open_files.soft, settings.upstream_connections, settings.peer_connections
+    )
+    log.log(
+        logging.WARNING if open_files.failed else logging.INFO,
+        "%s; at most %d client connections open at once, %d to the upstream, %d to each other replica",
+        open_files.message,
+        connection_limit,
+        settings.upstream_connections,
+        settings.peer_connections,
+    )
+    _run(serve(settings), connection_limit)
     return 0
 
 

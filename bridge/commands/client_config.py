@@ -275,6 +275,12 @@ RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
 
 # -- command line -------------------------------------------------------------------------------------
 
+RETRIES_NOTE = (
+    "# retries: a tools/call whose answer was lost may be sent again and is applied once: the same JSON-RPC "
+    "id under the Mcp-Session-Id that initialize gave, or the same Idempotency-Key header (or tools/call "
+    "param idempotencyKey); see docs/clients.md, 'Retries'"
+)
+
 
 def run(args: argparse.Namespace) -> int:
     try:
@@ -286,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gym-mcp-bridge client-config: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(RENDERERS[args.client](metadata, args.server_name))
+    print(RETRIES_NOTE, file=sys.stderr)
     return 0
 
 
@@ -294,7 +301,9 @@ def add_parser(commands: Any) -> None:
         "client-config",
         help="seed a session and print a harness's MCP configuration for it",
         description="Seed a fresh session through a running bridge and print the MCP configuration "
-        "that connects the named client to it (the session token is in the output).",
+        "that connects the named client to it (the session token is in the output). A tools/call "
+        "sent again (its answer lost) is applied once: the same JSON-RPC id under the Mcp-Session-Id "
+        "given at initialize, or the same Idempotency-Key header or idempotencyKey param.",
     )
     parser.add_argument("--client", required=True, choices=sorted(RENDERERS), help="which harness")
     parser.add_argument(

@@ -20,10 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bridge.http import accept
 from bridge.http.forwarding import Forwarding
 from bridge.http.guard import Guard, rebinding_protection
 from bridge.http.health import Health
 from bridge.http.mcp import McpEndpoint
+from bridge.http.openapi import OpenApiDocument
 from bridge.http.responses import error
 from bridge.http.rest import RestSurface
 from bridge.service import Bridge
@@ -48,6 +50,9 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 def create_app(bridge: Bridge) -> Guard:
     security = rebinding_protection(bridge.settings, str(bridge.bound[0]), bridge.advertise_url)
     forwarding = Forwarding.of(bridge)
+    bridge.metrics.watch_clients(accept.client_connections)
+    bridge.metrics.watch_pool("upstream", lambda: bridge.upstream.pool_stats().as_dict())
+    bridge.metrics.watch_pool("peers", lambda: forwarding.stats().as_dict())
     mcp = McpEndpoint(bridge, security=security, forwarding=forwarding)
     mcp.server.name = bridge.upstream.server_name
     health = Health(bridge)
@@ -57,7 +62,7 @@ def create_app(bridge: Bridge) -> Guard:
 
     @contextlib.asynccontextmanager
     async def lifespan() -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(bridge.sweep_forever())]
+        tasks = [asyncio.create_task(bridge.sweep_forever()), asyncio.create_task(bridge.releaser.run())]
         if bridge.upstream.mode == "managed":
             tasks.append(asyncio.create_task(bridge.upstream.supervise()))
         try:
@@ -71,9 +76,11 @@ def create_app(bridge: Bridge) -> Guard:
 
     routes = [
         Route("/healthz", health.healthz, methods=["GET"]),
+        Route("/health", health.healthz, methods=["GET"]),  # the name other Gym tooling probes
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/mcp", mcp.app),
+        Route("/openapi.json", OpenApiDocument(bridge).get, methods=["GET"]),
         *RestSurface(bridge, forwarding).routes(),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})

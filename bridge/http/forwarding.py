@@ -25,7 +25,9 @@ A request that already carries the marker is never forwarded again: 508 naming b
 owner that cannot be reached, or that breaks off or garbles its answer, is a 502 naming it; one that
 does not answer within the surface's budget (``tool_timeout_s``, ``verify_timeout_s`` for
 ``/verify``, plus a margin so the owner's own 504 comes first) a 504 naming it. On ``/mcp`` these
-refusals are JSON-RPC errors, elsewhere ``{"detail": ...}``. No upstream cookie is ever added here:
+refusals are JSON-RPC errors, elsewhere ``{"detail": ...}``. Each owner's pool is bounded
+(``peer_connections``): a request past the bound waits for a connection within its budget (queued,
+``stats`` counts it), never fails for it. No upstream cookie is ever added here:
 the forwarder does not hold the session. Every forwarded route is a POST (the relay never sends a
 HEAD, whose answer has no body).
 """
@@ -41,7 +43,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from bridge.service import Bridge
-from bridge.upstream.transport import ConnectTimeout, KeepAlivePool
+from bridge.upstream.transport import ConnectTimeout, KeepAlivePool, PoolStats
 
 log = logging.getLogger("gym_mcp_bridge.forwarding")
 
@@ -78,7 +80,6 @@ NOT_RELAYED = frozenset(
 )
 _MARGIN_S = 10.0  # beyond the owner's own budget: its 504 answers first
 _CONNECT_S = 5.0
-_MAX_CONNECTIONS = 1024  # per owner
 _MAX_OWNERS = 256
 _EXPIRY_S = 30.0  # idle connections reused well inside a bridge's keep-alive window (75 s)
 
@@ -92,10 +93,12 @@ class Forwarding:
         tool_timeout_s: float,
         verify_timeout_s: float,
         registry: CollectorRegistry | None = None,
+        max_connections: int = 128,
     ) -> None:
         self.advertise_url = advertise_url
         self.tool_timeout_s = tool_timeout_s
         self.verify_timeout_s = verify_timeout_s
+        self.max_connections = max_connections  # per owner
         self._marker_line = b"\r\n" + _MARKER + b": " + advertise_url.encode("latin-1")
         self._pools: dict[str, KeepAlivePool] = {}
         self.forwarded = Counter(
@@ -111,7 +114,11 @@ class Forwarding:
         """The forwarder of a started ``bridge`` (its advertise URL, budgets and metrics registry)."""
         settings = bridge.settings
         return cls(
-            bridge.advertise_url, settings.tool_timeout_s, settings.verify_timeout_s, bridge.metrics.registry
+            bridge.advertise_url,
+            settings.tool_timeout_s,
+            settings.verify_timeout_s,
+            bridge.metrics.registry,
+            settings.peer_connections,
         )
 
     def pool(self, owner: str) -> KeepAlivePool:
@@ -121,9 +128,13 @@ class Forwarding:
             if len(self._pools) >= _MAX_OWNERS:  # replicas replaced over a long run: drop the oldest
                 self._pools.pop(next(iter(self._pools))).close()
             pool = self._pools[owner] = KeepAlivePool(
-                owner, _MAX_CONNECTIONS, _EXPIRY_S, _CONNECT_S, "owner replica"
+                owner, self.max_connections, _EXPIRY_S, _CONNECT_S, "owner replica"
             )
         return pool
+
+    def stats(self) -> PoolStats:
+        """The connections to every owner replica now, summed: in use, idle, queued, the bounds."""
+        return sum((pool.stats() for pool in self._pools.values()), PoolStats())
 
     async def aclose(self) -> None:
         for pool in self._pools.values():

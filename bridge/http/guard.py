@@ -36,7 +36,7 @@ from bridge.settings import Settings
 
 log = logging.getLogger("gym_mcp_bridge")
 
-PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes send the pod IP as Host
+PROBE_PATHS = frozenset({"/healthz", "/health", "/readyz"})  # kubelet probes send the pod IP as Host
 
 
 def rebinding_protection(

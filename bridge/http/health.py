@@ -1,4 +1,5 @@
-"""``/healthz`` (liveness: always fast, never touches the upstream) and ``/readyz`` (readiness:
+"""``/healthz`` (liveness: always fast, never touches the upstream; with the connections and their
+queues, ``Metrics.connection_report``) and ``/readyz`` (readiness:
 the upstream answers now, the tool list is loaded and, when ``advertise_url`` is configured, that
 URL does not reach some other server; otherwise 503 with a reason a person can act on: which
 server is still starting and for how long of its budget, the exit code and log tail of one that
@@ -25,7 +26,10 @@ ADVERTISE_CHECK_TTL_S = 60.0
 
 
 def healthz_payload(bridge: Bridge) -> dict[str, object]:
-    return liveness(bridge.settings, bridge.upstream, bridge.bound, bridge.started_at, len(bridge.sessions))
+    return {
+        **liveness(bridge.settings, bridge.upstream, bridge.bound, bridge.started_at, len(bridge.sessions)),
+        "connections": bridge.metrics.connection_report(),  # open, busy, idle, queued, limit per pool
+    }
 
 
 class Health:

@@ -31,6 +31,7 @@ caller that did not check.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,12 +44,17 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import __version__, exactjson
+from bridge import __version__, exactjson, retries
 from bridge.http.forwarding import Forwarding
 from bridge.http.mcp_results import Reply, Results, accepts_json, call_result, error_answer, meta_valid
 from bridge.http.requests import read_body, text_headers
 from bridge.service import Bridge, Foreign, Rejected
 from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
+
+
+def _latin1(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None
+
 
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
@@ -106,6 +112,8 @@ class McpEndpoint:
             return
         if self.fast is not None and await self.fast.answer(scope, body, send):
             return
+        if b'"initialize"' in body and _is_initialize(body):
+            send = _labelled(send)
         await self.sdk_app(scope, receive, send)
 
     def _owner(self, scope: Scope) -> str | None:
@@ -141,19 +149,37 @@ class McpEndpoint:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        headers = getattr(ctx.request, "headers", None)
+        retry = (
+            headers.get("idempotency-key") if headers is not None else None,
+            headers.get("mcp-session-id") if headers is not None else None,
+            ctx.request_id,
+            (ctx.params or {}).get("idempotencyKey"),
+        )
         try:
-            reply = await self._call(_token(ctx), params.name, params.arguments)
+            reply = await self._call(_token(ctx), params.name, params.arguments, retry)
         except Foreign as exc:  # the SDK path's pre-check forwards these; here only if it could not
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             reply = Reply(exc.reason, True)
         return call_result(reply.text, reply.is_error, reply.structured)
 
-    async def _call(self, token: str | None, name: str, arguments: Mapping[str, Any] | None) -> Reply:
+    async def _call(
+        self, token: str | None, name: str, arguments: Mapping[str, Any] | None, retry: RetryParts
+    ) -> Reply:
         """``tools/call``, shared by the SDK handler and the fast path. Another replica's session
-        raises ``Foreign``: the caller relays the request to its owner."""
+        raises ``Foreign``: the caller relays the request to its owner. ``retry`` holds what names a
+        retry (``bridge.retries.key_of``): the Idempotency-Key header, the Mcp-Session-Id, the
+        JSON-RPC id and the ``idempotencyKey`` param."""
+        header_key, mcp_session, request_id, param_key = retry
+        try:
+            key = retries.key_of(param_key if param_key is not None else header_key, mcp_session, request_id)
+        except ValueError as exc:
+            return Reply(f"retry key refused: {exc}", True)
         try:
             session = self.bridge.authorize(token, name)
-            outcome = await self.bridge.call_tool(session, name, dict(arguments or {}), transport="mcp")
+            outcome = await self.bridge.call_tool(
+                session, name, dict(arguments or {}), transport="mcp", retry=key
+            )
         except Foreign:
             raise
         except Rejected as exc:
@@ -163,6 +189,31 @@ class McpEndpoint:
             return Reply(outcome.message, True)
         structured = outcome.value if isinstance(outcome.value, dict) else None
         return Reply(outcome.message, False, structured)
+
+
+RetryParts = tuple[str | None, str | None, Any, Any]
+
+
+def _is_initialize(body: bytes) -> bool:
+    try:
+        message = exactjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+def _labelled(send: Send) -> Send:
+    """``send`` adding a fresh ``Mcp-Session-Id`` to a successful ``initialize`` answer: a label the
+    client sends back on its later requests, so a repeated JSON-RPC id is told from a new call
+    (``bridge.retries``). It is no state of this replica: any replica serves the session's calls."""
+
+    async def labelled(message: Any) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 200:
+            label = uuid.uuid4().hex.encode()
+            message = {**message, "headers": [*message.get("headers", []), (b"mcp-session-id", label)]}
+        await send(message)
+
+    return labelled
 
 
 # -- fast path ---------------------------------------------------------------------------------------
@@ -330,7 +381,13 @@ class _FastPath:
         modern = version in self.modern_versions
         status = 200
         try:
-            reply = await endpoint._call(from_raw_headers(headers), name, arguments)
+            retry = (
+                _latin1(headers.get(b"idempotency-key")),
+                _latin1(headers.get(b"mcp-session-id")),
+                request_id,
+                None,
+            )
+            reply = await endpoint._call(from_raw_headers(headers), name, arguments, retry)
             payload = self.results.encode(version, modern, request_id, reply)
         except Foreign:
             raise

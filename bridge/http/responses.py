@@ -23,6 +23,8 @@ STATUS = {
     "api_key": 401,
     "allow_list": 403,
     "lost": 409,
+    "ended": 409,
+    "retry": 422,
     "log_incomplete": 409,
     "row_tools": 400,
     "verify_body": 400,
@@ -37,6 +39,7 @@ STATUS = {
     "argument_size": 413,
     "not_ready": 503,
     "cap": 503,
+    "budget": 503,
 }
 
 

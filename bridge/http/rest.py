@@ -14,7 +14,6 @@ that replica and answered with its response (``forwarding``).
 from __future__ import annotations
 
 import functools
-import hmac
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -23,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bridge import exactjson
+from bridge import exactjson, retries
 from bridge import tools as tools_mod
-from bridge.http import skew
+from bridge.http import auth, skew
 from bridge.http.forwarding import Forwarding
 from bridge.http.prefixes import rollout_id
 from bridge.http.requests import arguments_too_large, read_object
@@ -56,12 +55,14 @@ def strip_bridge_cookie(cookie_header: str | None) -> str:
     return "; ".join(f"{k}={m.coded_value}" for k, m in jar.items() if k != BRIDGE_COOKIE)
 
 
-def session_of(bridge: Bridge, request: Request, tool: str | None = None) -> Session | None:
+def session_of(
+    bridge: Bridge, request: Request, tool: str | None = None, finished_ok: bool = False
+) -> Session | None:
     """The session a REST request names (token header, else bridge cookie), or None."""
     token = from_headers(request.headers, bearer=False) or request.cookies.get(BRIDGE_COOKIE)
     if token is None:
         return None
-    return bridge.authorize(token, tool)
+    return bridge.authorize(token, tool, finished_ok)
 
 
 class RestSurface:
@@ -85,11 +86,10 @@ class RestSurface:
 
     async def _guard(self, request: Request) -> tuple[bytes, dict[str, Any]]:
         key = self.bridge.settings.api_key
-        if key is not None:
-            given = request.headers.get("authorization", "")
-            expected = f"Bearer {key.get_secret_value()}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                raise Rejected("missing or wrong API key: send 'Authorization: Bearer <api_key>'", "api_key")
+        if key is not None and not auth.api_key_accepted(
+            request.headers.get("authorization"), key.get_secret_value()
+        ):
+            raise Rejected(auth.REFUSAL, "api_key")
         reason = self.bridge.not_ready_reason()
         if reason is not None:
             raise Rejected(f"bridge not ready: {reason.splitlines()[0]}", "not_ready", retry_after=2)
@@ -184,8 +184,12 @@ class RestSurface:
         assert toolsets is not None
         session = session_of(self.bridge, request, name)
         if session is not None:
+            try:
+                retry = retries.key_of(request.headers.get("idempotency-key"))
+            except ValueError as exc:
+                raise Rejected(f"Idempotency-Key refused: {exc}", "json") from exc
             outcome = await self.bridge.call_tool(
-                session, name, arguments, transport="http", rollout=rollout_id(request.scope)
+                session, name, arguments, transport="http", rollout=rollout_id(request.scope), retry=retry
             )
             out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
             return self._with_session_cookie(add_cookies(out, outcome.set_cookies), session, remember=True)
@@ -200,7 +204,7 @@ class RestSurface:
         return await self._run(request, self._verify)
 
     async def _verify(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
-        session = session_of(self.bridge, request)
+        session = session_of(self.bridge, request, finished_ok=True)
         cookies = strip_bridge_cookie(request.headers.get("cookie"))
         outcome = await self.bridge.verify(session, value, cookies, rollout_id(request.scope))
         if outcome.payload is None:
@@ -216,7 +220,7 @@ class RestSurface:
     async def _close(self, request: Request, body: bytes, value: dict[str, Any]) -> Response:
         """Revoke the named session's token whatever the upstream answers (a failed close must not
         leave a usable token behind), and every session of a typed ``resources_session_id``."""
-        session = session_of(self.bridge, request)
+        session = session_of(self.bridge, request, finished_ok=True)
         resources_id = value.get(TYPED_SEED_KEY)
         if session is None and not isinstance(resources_id, str):
             raise Rejected(

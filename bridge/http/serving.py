@@ -183,7 +183,7 @@ class ServingApp:
 
     async def _answer_starting(self, scope: Scope, send: Send) -> None:
         path, retry = scope["path"], []
-        if path == "/healthz" and scope["method"] in ("GET", "HEAD"):
+        if path in ("/healthz", "/health") and scope["method"] in ("GET", "HEAD"):
             status, body = 200, self.healthz()
         elif path == "/readyz" and scope["method"] in ("GET", "HEAD"):
             status, body = 503, {"ready": False, "reason": self._reason()}

@@ -42,6 +42,7 @@ from bridge.upstream.child import BootInfo, Child, exit_text
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
     KeepAlivePool,
+    PoolStats,
     UpstreamTimeout,
     UpstreamUnavailable,
     check_request,
@@ -96,12 +97,18 @@ class Upstream:
             # Never keep cookies in the shared client: each request carries exactly its session's cookie.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             timeout=httpx.Timeout(settings.tool_timeout_s, connect=5.0),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=256, keepalive_expiry=60),
+            limits=httpx.Limits(
+                max_connections=settings.upstream_connections,
+                max_keepalive_connections=max(4, settings.upstream_connections // 8),
+                keepalive_expiry=60,
+            ),
             verify=tls_verification(self.url),
         )
         # Tool calls and other POSTs to a plain-http upstream go through this lean keep-alive pool
         # (see KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
         self._pool: KeepAlivePool | None = None
+        self._failures = 0  # requests that failed (502) since the last line logged about them
+        self._failure_logged = 0.0
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -117,6 +124,13 @@ class Upstream:
     def pid(self) -> int | None:
         child = self._child
         return child.pid if child is not None and child.returncode is None else None
+
+    def pool_stats(self) -> PoolStats:
+        """The connections to the upstream now: in use, idle, requests queued for one, the bound."""
+        pool = self._pool
+        if pool is None:
+            return PoolStats(limit=self.settings.upstream_connections)
+        return pool.stats()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -352,7 +366,10 @@ class Upstream:
             # an external server may use uvicorn's default 5 s.
             expiry = 60.0 if self.mode == "managed" else 4.0
             pool = self._pool = KeepAlivePool(
-                self.url, max_connections=512, expiry_s=expiry, connect_timeout_s=5.0
+                self.url,
+                max_connections=self.settings.upstream_connections,
+                expiry_s=expiry,
+                connect_timeout_s=5.0,
             )
         try:
             status, raw_headers, content = await pool.post(path, body, headers, budget)
@@ -362,8 +379,19 @@ class Upstream:
             ) from exc
         except OSError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
-            raise UpstreamUnavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
+            raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
         return UpstreamResponse(status, raw_headers, content)
+
+    def _unavailable(self, message: str) -> UpstreamUnavailable:
+        """The error of a request the upstream failed (the caller's 502), logged: at most one line a
+        second, with the number of failures since the last one."""
+        self._failures += 1
+        now = time.monotonic()
+        if now - self._failure_logged >= 1.0:
+            log.warning("%s (%d such failures since the last line)", message, self._failures)
+            self._failures = 0
+            self._failure_logged = now
+        return UpstreamUnavailable(message)
 
     async def _post_httpx(
         self, path: str, body: bytes, headers: dict[str, str], budget: float
@@ -383,7 +411,7 @@ class Upstream:
             ) from exc
         except httpx.HTTPError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
-            raise UpstreamUnavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
+            raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
 
     async def get_json(self, path: str) -> Any:
         if self.url is None:

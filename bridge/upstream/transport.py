@@ -23,21 +23,37 @@ answer meant for another. Every request reaches the upstream through ``Upstream.
 pool for ``http://`` upstreams, httpx (``process.py``) for ``https://`` and the probes. Waiting for
 a free connection or connecting past its budget raises ``ConnectTimeout`` (a ``TimeoutError``):
 nothing was sent, which a relay tells apart from an exchange that timed out.
+
+A pool is bounded: at most ``max_connections`` open at once. A request past the bound waits (queued,
+first come first served) for a connection to come free, within its own budget; so does one whose
+connect fails for want of a descriptor (EMFILE, ENFILE: nothing was sent, so connecting again is
+safe), logged at most once a second. At most ``max_idle`` connections are kept idle (more only while
+requests are queued, which take them at once), and idle ones are closed ``expiry_s`` after their last
+exchange by a sweep, not only when the next request finds them: a burst leaves no crowd of idle
+connections behind. ``stats`` reports busy, idle and queued for ``/metrics`` and ``/healthz``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import re
 import select
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
 import httpx
 
 from bridge.rollouts import ID_PATTERN, ROLLOUT
+
+log = logging.getLogger("gym_mcp_bridge.transport")
+
+_NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})  # connect failed for want of a descriptor
+_DESCRIPTOR_RETRY_S = 0.05
 
 
 class UpstreamUnavailable(Exception):
@@ -213,6 +229,27 @@ class _Exchange(asyncio.Protocol):
             self.transport.close()
 
 
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """Connections of one pool (or a sum of pools): in use, idle, requests waiting, the bound."""
+
+    busy: int = 0
+    idle: int = 0
+    queued: int = 0
+    limit: int = 0
+
+    def __add__(self, other: PoolStats) -> PoolStats:
+        return PoolStats(
+            self.busy + other.busy,
+            self.idle + other.idle,
+            self.queued + other.queued,
+            self.limit + other.limit,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {"busy": self.busy, "idle": self.idle, "queued": self.queued, "limit": self.limit}
+
+
 class KeepAlivePool:
     """Pooled keep-alive HTTP/1.1 connections to one ``http(s)://host:port``, for the hot path.
 
@@ -231,6 +268,7 @@ class KeepAlivePool:
         expiry_s: float,
         connect_timeout_s: float,
         peer: str = "upstream",
+        max_idle: int | None = None,
     ) -> None:
         parts = httpx.URL(url)
         self.url = url
@@ -246,23 +284,53 @@ class KeepAlivePool:
         self.expiry_s = expiry_s
         self.connect_timeout_s = connect_timeout_s
         self.idle: list[_Exchange] = []
+        self.max_connections = max_connections
+        self.max_idle = max_idle if max_idle is not None else max(4, max_connections // 8)
         self.gate = asyncio.Semaphore(max_connections)
+        self.busy = 0  # connections (or connects) in use
+        self.queued = 0  # requests waiting for one
+        self._sweep: asyncio.TimerHandle | None = None
+        self._logged_no_descriptor = 0.0
+
+    def stats(self) -> PoolStats:
+        return PoolStats(self.busy, len(self.idle), self.queued, self.max_connections)
 
     async def _connect(self, timeout: float) -> _Exchange:
         loop = asyncio.get_running_loop()
+        budget = min(timeout, self.connect_timeout_s)
         try:
-            async with asyncio.timeout(min(timeout, self.connect_timeout_s)):
-                _, protocol = await loop.create_connection(
-                    lambda: _Exchange(self.peer, poll_idle=self.ssl is None),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                )
+            async with asyncio.timeout(budget):
+                while True:
+                    try:
+                        _, protocol = await loop.create_connection(
+                            lambda: _Exchange(self.peer, poll_idle=self.ssl is None),
+                            self.host,
+                            self.port,
+                            ssl=self.ssl,
+                        )
+                        return protocol
+                    except OSError as exc:
+                        if exc.errno not in _NO_DESCRIPTOR:
+                            raise
+                        self._no_descriptor(exc)
+                        await asyncio.sleep(_DESCRIPTOR_RETRY_S)  # nothing sent: connecting again is safe
         except TimeoutError as exc:
-            raise ConnectTimeout(
-                f"no connection to {self.url} within {min(timeout, self.connect_timeout_s):g}s"
-            ) from exc
-        return protocol
+            raise ConnectTimeout(f"no connection to {self.url} within {budget:g}s") from exc
+
+    def _no_descriptor(self, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self._logged_no_descriptor >= 1.0:
+            self._logged_no_descriptor = now
+            log.warning(
+                "connecting to the %s %s: [Errno %s] %s with %d connections of this pool in use: "
+                "the request waits and connects again (raise the open-file limit, docs/deployment.md "
+                "'Large runs')",
+                self.peer,
+                self.url,
+                exc.errno,
+                exc.strerror,
+                self.busy,
+            )
 
     def _take(self) -> _Exchange | None:
         now = time.monotonic()
@@ -298,14 +366,18 @@ class KeepAlivePool:
         connection broke (``ConnectionError``) before the answer ended."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        if self.gate.locked():  # all connections busy: the wait counts against the budget
+        if self.gate.locked():  # all connections busy: queued; the wait counts against the budget
+            self.queued += 1
             try:
                 async with asyncio.timeout(timeout):
                     await self.gate.acquire()
             except TimeoutError as exc:
                 raise ConnectTimeout(f"no free connection to {self.url} within {timeout:g}s") from exc
+            finally:
+                self.queued -= 1
         else:
             await self.gate.acquire()
+        self.busy += 1
         try:
             conn = self._take() or await self._connect(deadline - loop.time())
             try:
@@ -314,15 +386,35 @@ class KeepAlivePool:
                 conn.close()  # timed out, cancelled or broken mid-exchange: never reuse it
                 raise
         finally:
+            self.busy -= 1
             self.gate.release()
-        if conn.keep_alive and not conn.closed:
+        if conn.keep_alive and not conn.closed and (len(self.idle) < self.max_idle or self.queued):
             conn.idle_since = time.monotonic()
             self.idle.append(conn)
+            if self._sweep is None:
+                self._sweep = loop.call_later(self.expiry_s, self._expire)
         else:
             conn.close()
         return status, raw_headers, content
 
+    def _expire(self) -> None:
+        """Close the connections idle for ``expiry_s`` (the oldest are first in the list); come back
+        while any are left."""
+        self._sweep = None
+        now = time.monotonic()
+        expired = 0
+        while expired < len(self.idle) and now - self.idle[expired].idle_since >= self.expiry_s:
+            self.idle[expired].close()
+            expired += 1
+        del self.idle[:expired]
+        if self.idle:
+            wait = self.expiry_s - (now - self.idle[0].idle_since)
+            self._sweep = asyncio.get_running_loop().call_later(max(wait, 0.05), self._expire)
+
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in self.idle:
             conn.close()
         self.idle.clear()

@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -61,10 +62,11 @@ def shipped_rows(gym_python: Path, env: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def counter_cases(rows: list[dict[str, Any]]) -> list[Case]:
-    """``example_session_state_mgmt`` rows 0-2 with their solutions, and a control: row 0 under another
-    prompt (so that a stub behind a CLI, which keeps no row metadata, tells it apart), one short."""
-    cases = [Case(rows[i], Plan(counter_solution(rows[i])), "solution") for i in (0, 1, 2)]
+def counter_cases(rows: list[dict[str, Any]], indices: Sequence[int] = (0, 1, 2)) -> list[Case]:
+    """``example_session_state_mgmt`` rows (``indices``, 0-2 unless given) with their solutions, and a
+    control: row 0 under another prompt (so that a stub behind a CLI, which keeps no row metadata,
+    tells it apart), one short."""
+    cases = [Case(rows[i], Plan(counter_solution(rows[i])), "solution") for i in indices]
     (name, args), *rest = counter_solution(rows[0])
     params = json.loads(json.dumps(rows[0]["responses_create_params"]))
     params["input"][0]["content"] += CONTROL
@@ -95,6 +97,22 @@ def agent_in_front_of(example: Path, agent: str, resources: str) -> dict[str, An
     block = yaml.safe_load(example.read_text())[agent]["responses_api_agents"][agent]
     pointed = {**block, "resources_server": {"type": "resources_servers", "name": resources}}
     return {"responses_api_agents": {agent: pointed}}
+
+
+def in_process_exposure(env: str, instance: str, agents: dict[str, Path]) -> dict[str, Any]:
+    """Gym 0.7's own in-process MCP exposure of ``env`` (``expose_tools_over_mcp: true``) as the
+    instance ``instance``, and each example config's agent (agent name -> example file) in front of it
+    as ``<agent>_in_process``: the reference the bridge's rewards are compared with."""
+    config: dict[str, Any] = {
+        instance: {
+            "resources_servers": {
+                env: {"entrypoint": "app.py", "domain": "agent", "expose_tools_over_mcp": True}
+            }
+        }
+    }
+    for agent, example in agents.items():
+        config[f"{agent}_in_process"] = agent_in_front_of(example, agent, instance)
+    return config
 
 
 def uv_bin() -> Path:
@@ -208,12 +226,12 @@ class Launcher:
             time.sleep(1)
         self.ready_s = time.monotonic() - started
 
-    def collect(
-        self, agents: list[str], cases: list[Case], name: str, timeout_s: float = 900
-    ) -> dict[tuple[str, int], dict[str, Any]]:
-        """``ng_collect_rollouts`` over every case's row for each agent (its ``agent_ref``): the
-        rollouts it wrote, by (agent, case index)."""
-        rows = [{**case.row, "agent_ref": {"name": agent}} for agent in agents for case in cases]
+    def collector(
+        self, rows: list[dict[str, Any]], name: str, keys: Sequence[str] = (), timeout_s: float = 900
+    ) -> list[dict[str, Any]]:
+        """``ng_collect_rollouts`` over ``rows`` (``<name>-rows.jsonl``), with the collector keys
+        ``keys`` besides the head server's: the rollouts it wrote (``<name>-rollouts.jsonl``), its
+        output in ``<name>-collect.log``."""
         given = self.work / f"{name}-rows.jsonl"
         given.write_text("".join(json.dumps(row) + "\n" for row in rows))
         out = self.work / f"{name}-rollouts.jsonl"
@@ -225,6 +243,7 @@ class Launcher:
                 "+head_server.host=127.0.0.1",
                 f"+head_server.port={self.head_port}",
                 f"hydra.run.dir={self.work / 'outputs'}",
+                *keys,
             ],
             cwd=self.work,
             env=self.environment,
@@ -236,12 +255,18 @@ class Launcher:
         assert result.returncode == 0, (
             f"ng_collect_rollouts failed:\n{(result.stdout + result.stderr)[-6000:]}"
         )
+        return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+    def collect(
+        self, agents: list[str], cases: list[Case], name: str, timeout_s: float = 900
+    ) -> dict[tuple[str, int], dict[str, Any]]:
+        """``ng_collect_rollouts`` over every case's row for each agent (its ``agent_ref``): the
+        rollouts it wrote, by (agent, case index)."""
+        rows = [{**case.row, "agent_ref": {"name": agent}} for agent in agents for case in cases]
         rollouts = {}
-        for line in out.read_text().splitlines():
-            if line.strip():
-                rollout = json.loads(line)
-                task = int(rollout["_ng_task_index"])  # the row's index in the input
-                rollouts[(agents[task // len(cases)], task % len(cases))] = rollout
+        for rollout in self.collector(rows, name, timeout_s=timeout_s):
+            task = int(rollout["_ng_task_index"])  # the row's index in the input
+            rollouts[(agents[task // len(cases)], task % len(cases))] = rollout
         assert len(rollouts) == len(rows), f"{len(rollouts)} rollouts for {len(rows)} rows"
         return rollouts
 
