@@ -35,14 +35,17 @@ TIMEOUT_S = 30.0
 
 
 def close_body(session: Session) -> bytes:
-    """Gym's ``ResourcesCloseSessionRequest`` for a session: its typed seed's ids, else its own id."""
+    """Gym's ``ResourcesCloseSessionRequest`` for a session: its typed seed's ids, else its own id
+    (an ``EpisodeId`` is ``{"rollout_id", "attempt"}``)."""
     row: dict[str, Any] = session.row
     resources_id = row.get("resources_session_id")
     episode_id = row.get("episode_id")
     return exactjson.dumps(
         {
             "resources_session_id": resources_id if isinstance(resources_id, str) else session.sid,
-            "episode_id": episode_id if isinstance(episode_id, str | int) else session.sid,
+            "episode_id": episode_id
+            if isinstance(episode_id, dict)
+            else {"rollout_id": session.sid, "attempt": 0},
         }
     )
 

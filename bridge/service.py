@@ -324,57 +324,26 @@ class Bridge:
         emitted: str | None,
         rollout: str | None,
     ) -> ToolOutcome:
-        if name in self.mcp_native:
-            return await self._call_mcp_native(session, name, arguments, transport, emitted)
-        body = exactjson.dumps(arguments)
-        started = time.time()
-        clock = time.perf_counter()
+        """One upstream call: ``POST /<name>``, or for an MCP-native upstream ``tools/call`` on its own
+        ``/mcp`` with the session's upstream token (the model reads its result as it came); then the
+        call is logged (with the arguments as the upstream received them) and counted."""
+        started, clock = time.time(), time.perf_counter()
+        sent = None
         try:
-            path = self._path(f"/{name}", rollout or session.rollout_id)
-            response = await self.upstream.post(path, body, request_headers(session.cookie))
-            outcome = outcomes.answered(response)
-            self.sessions.set_cookie(session, response.cookie_jar(session.cookie))
-        except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
-            outcome = outcomes.failed(exc)
-        self._finish(session, name, arguments, transport, emitted, outcome, started, clock, body)
-        return outcome
-
-    async def _call_mcp_native(
-        self, session: Session, name: str, arguments: dict[str, Any], transport: str, emitted: str | None
-    ) -> ToolOutcome:
-        """A tool of an MCP-native upstream: ``tools/call`` on its own ``/mcp`` with the session's
-        upstream token; the model reads the upstream's result as that endpoint gave it."""
-        started = time.time()
-        clock = time.perf_counter()
-        try:
-            outcome = outcomes.mcp_answered(
-                *await upstream_mcp.call(
-                    self.upstream,
-                    session.upstream_headers or {},
-                    name,
-                    arguments,
-                    self.settings.tool_timeout_s,
+            if name in self.mcp_native:
+                timeout = self.settings.tool_timeout_s
+                answer = await upstream_mcp.call(
+                    self.upstream, session.upstream_headers or {}, name, arguments, timeout
                 )
-            )
+                outcome = outcomes.mcp_answered(*answer)
+            else:
+                sent = exactjson.dumps(arguments)
+                path = self._path(f"/{name}", rollout or session.rollout_id)
+                response = await self.upstream.post(path, sent, request_headers(session.cookie))
+                outcome = outcomes.answered(response)
+                self.sessions.set_cookie(session, response.cookie_jar(session.cookie))
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
-        self._finish(session, name, arguments, transport, emitted, outcome, started, clock)
-        return outcome
-
-    def _finish(
-        self,
-        session: Session,
-        name: str,
-        arguments: dict[str, Any],
-        transport: str,
-        emitted: str | None,
-        outcome: ToolOutcome,
-        started: float,
-        clock: float,
-        sent: bytes | None = None,
-    ) -> None:
-        """Log the call in the session (with ``sent``, the arguments as the upstream received them)
-        and count it."""
         elapsed = time.perf_counter() - clock
         record = ToolCallRecord.served(
             name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed, sent
@@ -392,6 +361,7 @@ class Bridge:
             tracing.annotate(**attributes, **{"gym.session": digest, "gym.rollout_id": shown})
             if self.audit is not None:
                 self.audit.record(digest, name, emitted or name, transport, result, elapsed, arguments, shown)
+        return outcome
 
     async def forward(
         self,
@@ -452,6 +422,9 @@ class Bridge:
                 rollout=rollout,
             )
             self.metrics.verify_latency.observe(time.perf_counter() - started)
+            if answer.is_success and session is not None:  # the rollout is finished: see bridge.sessions
+                self.sessions.finish(session)
+                self.count_sessions()
             try:
                 payload = answer.json() if answer.is_success else None
             except ValueError:
@@ -460,9 +433,6 @@ class Bridge:
                 self.metrics.verify_outcomes.labels(
                     "upstream_error" if not answer.is_success else "passthrough"
                 ).inc()
-                if answer.is_success and session is not None:
-                    self.sessions.finish(session)
-                    self.count_sessions()
                 return VerifyOutcome(answer, None, None)
             signed = None
             if session is not None:
@@ -478,9 +448,6 @@ class Bridge:
                 )
             payload, header = verify_mod.finish(prepared, payload, signed)
             self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
-            if session is not None:
-                self.sessions.finish(session)
-                self.count_sessions()
             return VerifyOutcome(answer, payload, header)
 
     def count_sessions(self) -> None:

@@ -163,6 +163,7 @@ async def test_rollouts_never_closed_are_never_refused_and_score_as_gym(
     assert metric(bridge, "gym_mcp_bridge_sessions_active") == 0
     assert metric(bridge, "gym_mcp_bridge_state_bytes") <= BUDGET
     assert metric(bridge, "gym_mcp_bridge_sessions_ended_total", reason="evicted") > 0
+    assert metric(bridge, "gym_mcp_bridge_upstream_closes_total") == 0  # Gym 0.4 has no /close_session
 
 
 async def test_an_ended_session_is_named_never_recreated(bridge: BridgeProcess) -> None:
@@ -313,3 +314,56 @@ async def test_the_sdk_client_gets_an_mcp_session_id_and_still_calls(bridge: Bri
             result = await client.call_tool("increment_counter", {"count": 1})
             assert not result.is_error
     assert counter_of(bridge, token) == 3
+    refused = httpx.get(f"{bridge.url}/mcp", headers={**MCP_HEADERS, "accept": "text/event-stream"})
+    # the spec: a GET is answered with an event stream or 405 (the stream would be held per harness)
+    assert refused.status_code == 405 and refused.headers["allow"] == "POST, DELETE"
+    assert refused.json()["error"]["message"].startswith("method GET not allowed on /mcp")
+
+
+async def test_sessions_the_bridge_releases_are_closed_on_a_07_upstream(
+    gym07_python: Any, log_dir: Any
+) -> None:
+    """Gym >= 0.7 frees per-rollout state in ``/close_session``, which Gym's collector never calls:
+    when the bridge releases a finished session under its budget, it posts that close itself, and
+    Gym 0.7 accepts the body (its own validation would answer 422)."""
+    args = ["--gym-python", str(gym07_python), "--state-budget-bytes", str(BUDGET)]
+    bridge = BridgeProcess(args=args).start(log_dir, timeout=300)
+    try:
+        async with no_cookies() as client:
+
+            async def finished_rollouts(count: int) -> None:
+                for _ in range(count):
+                    row = counter_row(0)
+                    seeded = await client.post(f"{bridge.url}/seed_session", json=row)
+                    headers = {HEADER: seeded.json()["mcp"]["headers"][HEADER]}
+                    verified = await client.post(
+                        f"{bridge.url}/verify", json={**row, "response": gym_response()}, headers=headers
+                    )
+                    assert verified.json()["reward"] == 1.0
+
+            await asyncio.gather(*(finished_rollouts(BUDGET // 1024 // 8) for _ in range(8)))
+        evicted = metric(bridge, "gym_mcp_bridge_sessions_ended_total", reason="evicted")
+        assert evicted > 0
+        for _ in range(100):  # released in the background, a few at a time
+            if metric(bridge, "gym_mcp_bridge_upstream_closes_total") >= evicted:
+                break
+            await asyncio.sleep(0.1)
+        assert metric(bridge, "gym_mcp_bridge_upstream_closes_total", outcome="closed") == evicted
+    finally:
+        bridge.stop()
+
+
+def test_a_retry_through_another_replica_is_matched_at_the_owner(
+    spawn_bridge: Any, upstream: UpstreamProcess
+) -> None:
+    """The Mcp-Session-Id is a label, not one replica's state: initialize on one replica, the call on
+    the other, the retry on the first again; the owner matches it and Gym counts it once."""
+    owner, other = (spawn_bridge(["--upstream-url", upstream.url]) for _ in range(2))
+    token = owner.seed(counter_row(30))["mcp"]["headers"][HEADER]
+    label = mcp_session(other, token)
+    call = orjson.dumps(rpc_call("increment_counter", {"count": 2}, 1))
+    through_other = raw_post(other, call, {HEADER: token, "mcp-session-id": label})
+    direct = raw_post(owner, call, {HEADER: token, "mcp-session-id": label})
+    assert through_other == direct and b'"isError":false' in (direct or b"")
+    assert counter_of(owner, token) == 32
+    assert metric(owner, "gym_mcp_bridge_retries_total", matched_by="jsonrpc_id") == 1

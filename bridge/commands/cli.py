@@ -160,9 +160,10 @@ def configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, notes: Sequence[tuple[int, str]] = ()) -> None:
     """Bind, then serve at once: ``ServingApp`` answers the probes while it starts the bridge
-    behind them, and a start that fails ends ``serve`` with its one-line reason (exit 2)."""
+    behind them, and a start that fails ends ``serve`` with its one-line reason (exit 2). ``notes``
+    (level, line) are logged once the bridge serves (a failed start stays one line)."""
     from bridge import tracing
     from bridge.http.serving import ServingApp
     from bridge.http.wire import HttpProtocol
@@ -198,6 +199,7 @@ async def serve(settings: Settings) -> None:
         lambda: setattr(started[0], "should_exit", True),
         lambda: started[0].should_exit,
     )
+    front.notes.extend(notes)
     config = uvicorn.Config(
         front,
         log_level="warning",
@@ -243,15 +245,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     connection_limit = limits.connection_budget(
         open_files.soft, settings.upstream_connections, settings.peer_connections
     )
-    log.log(
-        logging.WARNING if open_files.failed else logging.INFO,
-        "%s; at most %d client connections open at once, %d to the upstream, %d to each other replica",
-        open_files.message,
-        connection_limit,
-        settings.upstream_connections,
-        settings.peer_connections,
+    note = (
+        f"{open_files.message}; at most {connection_limit} client connections open at once, "
+        f"{settings.upstream_connections} to the upstream, {settings.peer_connections} to each other replica"
     )
-    _run(serve(settings), connection_limit)
+    _run(serve(settings, [(logging.WARNING if open_files.failed else logging.INFO, note)]), connection_limit)
     return 0
 
 

@@ -36,6 +36,7 @@ from bridge.settings import Settings
 
 log = logging.getLogger("gym_mcp_bridge")
 
+GET_REFUSED = "method GET not allowed on /mcp: this endpoint sends no server-initiated messages (POST only)"
 PROBE_PATHS = frozenset({"/healthz", "/health", "/readyz"})  # kubelet probes send the pod IP as Host
 
 
@@ -146,6 +147,12 @@ class Guard:
         if mcp and scope["method"] == "POST":
             await self._mcp_post(scope, receive, send, found.get(b"content-length"))
             return
+        if mcp and scope["method"] == "GET":
+            # The spec's answer of an endpoint with no server-to-client stream. A client given an
+            # Mcp-Session-Id opens this stream after initialize: held open, it would cost a connection
+            # and a task per harness for the whole rollout; refused, the client gives up after two tries.
+            await _answer_error(scope, receive, send, 405, GET_REFUSED, jsonrpc=True)
+            return
         if tracing.ENABLED and path not in PROBE_PATHS and path != "/metrics":
             parent = tracing.parent_from(text_headers(headers))
             attributes = {"url.path": path, **_rollout_attribute(scope)}
@@ -206,8 +213,9 @@ async def _answer_error(
     if jsonrpc:
         code = -32603 if status >= 500 else -32600  # JSON-RPC internal error / invalid request
         payload = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": reason}}
+        allow = {"allow": "POST, DELETE"} if status == 405 else None
         response: Response = Response(
-            orjson.dumps(payload), status_code=status, media_type="application/json"
+            orjson.dumps(payload), status_code=status, media_type="application/json", headers=allow
         )
     else:
         response = error(status, reason)

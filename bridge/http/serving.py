@@ -75,6 +75,7 @@ class ServingApp:
         self.exiting = exiting
         self.started_at = time.time()
         self.app: ASGIApp | None = None  # the real app, once started
+        self.notes: list[tuple[int, str]] = []  # (level, line) logged once it serves, not before a failure
         self.failure: str | None = None  # why the start failed, one line
         self._life: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -151,6 +152,8 @@ class ServingApp:
         async with app.lifespan():  # on exit it stops the upstream
             self.app = app
             self._settled.set()
+            for level, note in self.notes:
+                log.log(level, "%s", note)
             log.info(
                 "gym-mcp-bridge %s serving %s on %s (MCP at %s/mcp)",
                 __version__,
