@@ -70,7 +70,9 @@ class ToolCallRecord:
         upstream received them (``exactjson.dumps``), which the log keeps as they are; without it,
         they are encoded here and kept as bytes only where those read back equal."""
         call_id = f"call_{secrets.token_hex(12)}"
-        packed = sent if sent is not None else _compact(arguments)  # one encoding for the log and the size
+        packed = (
+            kept(sent) if sent is not None else _compact(arguments)
+        )  # one encoding for the log and the size
         size = len(packed) + utf8_len(output) if isinstance(packed, bytes) else record_size(arguments, output)
         return cls(
             call_id, emitted or name, name, arguments, output, is_error, started, elapsed, size, packed
@@ -84,7 +86,14 @@ def _compact(arguments: dict[str, Any]) -> bytes | dict[str, Any]:
         encoded = orjson.dumps(arguments)
     except (orjson.JSONEncodeError, TypeError):
         return arguments
-    return encoded if orjson.loads(encoded) == arguments else arguments
+    return kept(encoded) if orjson.loads(encoded) == arguments else arguments
+
+
+def kept(encoded: bytes) -> bytes:
+    """A copy of orjson's output the size of its content, for a log that keeps it: orjson's bytes
+    keep the buffer it wrote into (4 KiB for a 12-byte ``{"count":1}``), which a session log kept
+    for hours would hold for every call."""
+    return bytes(memoryview(encoded))
 
 
 def record_size(arguments: dict[str, Any], output: str) -> int:

@@ -6,7 +6,9 @@ the incomplete-log summary ``recorded`` verify refuses with."""
 from __future__ import annotations
 
 import gc
+import sys
 import time
+import tracemalloc
 
 import pytest
 
@@ -245,14 +247,26 @@ def test_the_log_reads_back_every_argument_exactly_and_stays_out_of_the_collecto
 
 
 def test_a_served_call_keeps_the_arguments_as_the_upstream_received_them() -> None:
-    """What ``Bridge.call_tool`` sent is the log's copy as it is (not encoded and read back again),
+    """What ``Bridge.call_tool`` sent is the log's copy, byte for byte (not encoded and read back
+    again), held in a buffer of its own size (orjson's output keeps the 4 KiB it was written into),
     the record's size is measured from it, and it reads back with every integer exact."""
     sessions = registry()
     session = open_session(sessions)
     arguments = {"count": 2**64 + 1, "text": "é"}
     sent = exactjson.dumps(arguments)
     record = ToolCallRecord.served("increment_counter", None, arguments, "ok", False, 0, 0, sent)
-    assert record.as_row()[3] is sent
+    kept = record.as_row()[3]
+    assert kept == sent and sys.getsizeof(kept) == sys.getsizeof(b"") + len(sent)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        held = [
+            ToolCallRecord.served("t", None, {"count": 1}, "", False, 0, 0, exactjson.dumps({"count": 1}))
+            for _ in range(100)
+        ]
+        assert (tracemalloc.get_traced_memory()[0] - before) / len(held) < 1024
+    finally:
+        tracemalloc.stop()
     assert record.size == len(sent) + len("ok")
     sessions.record(session, record)
     assert repr(session.calls[0].arguments) == repr(arguments)
@@ -434,7 +448,7 @@ def test_a_seed_is_refused_only_when_unfinished_sessions_fill_the_budget() -> No
     sessions = registry(max_sessions=100_000, budget_bytes=budget)
     row = b"x" * 100_000
     held = []
-    with pytest.raises(SessionBudgetFull) as refused:  # noqa: PT012
+    with pytest.raises(SessionBudgetFull) as refused:
         while True:
             held.append(sessions.create(row, "jar=1", ToolSet(tools={}), GENERATION))
     assert str(refused.value).startswith(f"session state budget full: {len(held)} unfinished sessions hold ")

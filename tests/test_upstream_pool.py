@@ -431,6 +431,18 @@ async def test_a_burst_leaves_at_most_max_idle_connections_and_the_sweep_closes_
         pool.close()
 
 
+async def test_connections_kept_for_a_queue_are_closed_once_it_is_gone(upstream: Misbehaving) -> None:
+    pool = KeepAlivePool(upstream.url, max_connections=16, expiry_s=60.0, connect_timeout_s=2.0, max_idle=2)
+    try:
+        paths = ["/slow" if rid % 3 == 0 else "/ok" for rid in range(200)]  # a queue that drains unevenly
+        answers = await asyncio.gather(*(call(pool, path, rid, timeout=60) for rid, path in enumerate(paths)))
+        assert sorted(answer["id"] for answer in answers) == list(range(200))
+        assert pool.stats() == PoolStats(busy=0, idle=2, queued=0, limit=16), "kept: max_idle, not the bound"
+        assert await until(lambda: len(upstream.closed) == upstream.connections - 2)
+    finally:
+        pool.close()
+
+
 async def test_a_connect_without_a_descriptor_waits_and_connects_again(
     upstream: Misbehaving, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -28,9 +28,10 @@ A pool is bounded: at most ``max_connections`` open at once. A request past the 
 first come first served) for a connection to come free, within its own budget; so does one whose
 connect fails for want of a descriptor (EMFILE, ENFILE: nothing was sent, so connecting again is
 safe), logged at most once a second. At most ``max_idle`` connections are kept idle (more only while
-requests are queued, which take them at once), and idle ones are closed ``expiry_s`` after their last
-exchange by a sweep, not only when the next request finds them: a burst leaves no crowd of idle
-connections behind. ``stats`` reports busy, idle and queued for ``/metrics`` and ``/healthz``.
+requests are queued, which take them at once; the first exchange to end with none queued closes the
+surplus), and idle ones are closed ``expiry_s`` after their last exchange by a sweep, not only when
+the next request finds them: a burst leaves no crowd of idle connections behind. ``stats`` reports
+busy, idle and queued for ``/metrics`` and ``/healthz``.
 """
 
 from __future__ import annotations
@@ -395,6 +396,11 @@ class KeepAlivePool:
                 self._sweep = loop.call_later(self.expiry_s, self._expire)
         else:
             conn.close()
+        if not self.queued and len(self.idle) > self.max_idle:  # the queue is gone: keep max_idle, newest
+            surplus = len(self.idle) - self.max_idle
+            for extra in self.idle[:surplus]:
+                extra.close()
+            del self.idle[:surplus]
         return status, raw_headers, content
 
     def _expire(self) -> None:
