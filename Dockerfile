@@ -143,8 +143,8 @@ STOPSIGNAL SIGTERM
 # Open files: an image cannot set its rlimits; the container gets the engine's (Docker >= 25 and
 # containerd >= 2.0: soft 1024, hard 524288 from systemd; older engines: 1048576). The bridge raises
 # its soft limit to the hard one at start and logs it, and the managed Gym server inherits that. Set
-# both for large runs: docker run --ulimit nofile=65536:65536 (compose.yaml sets it; Kubernetes has
-# no per-pod setting: docs/deployment.md, "Large runs").
+# both where the engine's is low: docker run --ulimit nofile=65536:65536, up to the engine's own
+# hard limit (Kubernetes has no per-pod setting: docs/deployment.md, "Large runs").
 # dumb-init (PyPI, hashed in uv.lock) is PID 1: it reaps orphaned processes and passes signals to
 # the bridge alone (--single-child), which drains its calls and then stops its upstream itself.
 ENTRYPOINT ["dumb-init", "--single-child", "--", "gym-mcp-bridge"]

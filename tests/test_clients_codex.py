@@ -412,10 +412,11 @@ def test_codex_in_a_wrong_session_scores_zero(codex: str, counter_bridge: Bridge
         counter_bridge.url, token_a, response=run_codex.exec_events_to_response(events)
     )
     assert converted["reward"] == 0.0
-    # while session B holds exactly what Codex did there (6 + 3 = 9, row B expects 15)
-    assert run_codex.verify(counter_bridge.url, meta_b["headers"][HEADER], recorded=True)["reward"] == 0.0
+    # while session B holds exactly what Codex did there (6 + 3 = 9, row B expects 15); read before
+    # its verify, which finishes the session (its tools no longer run)
     value = httpx.post(f"{counter_bridge.url}/get_counter_value", json={}, headers=meta_b["headers"]).json()
     assert value == {"count": 9}
+    assert run_codex.verify(counter_bridge.url, meta_b["headers"][HEADER], recorded=True)["reward"] == 0.0
 
 
 @pytest.mark.parametrize("style", ["namespace", "flat"])

@@ -258,13 +258,14 @@ def test_compose_sidecar_profile() -> None:
         assert svc["environment"]["GYM_MCP_BRIDGE_ADVERTISE_URL"] == f"http://localhost:{port['published']}"
 
 
-def test_compose_sets_the_open_file_limit() -> None:
-    """Every container that serves connections gets its file limit from compose, not the engine's
-    default (soft 1024 on Docker >= 25 and containerd >= 2.0): docs/deployment.md, "Large runs"."""
+def test_compose_leaves_the_open_file_limit_to_the_engine() -> None:
+    """No service sets ``ulimits``: a limit above the engine's own hard limit stops the container
+    from starting (runc: "error setting rlimit type 7: operation not permitted", seen on this
+    project's Docker engine, whose hard limit is 20,000), while the engine's default hard limit is
+    what the bridge raises its soft limit to at start (docs/deployment.md, "Large runs")."""
     services = compose_config("--profile", "replicas", "--profile", "sidecar")["services"]
     for name in ("bridge", "replica", "bridge-sidecar", "gym"):
-        nofile = services[name].get("ulimits", {}).get("nofile")
-        assert nofile and nofile["soft"] == nofile["hard"] >= 65536, (name, nofile)
+        assert "ulimits" not in services[name], (name, services[name]["ulimits"])
 
 
 # ---------------------------------------------------------------- Kubernetes

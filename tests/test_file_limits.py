@@ -37,22 +37,20 @@ import pytest
 from bridge import limits
 from bridge.http.accept import Acceptor
 from tests.conftest import HEADER, BridgeProcess, counter_row, free_port
-from tests.fixtures.helpers import MCP_HEADERS, bridge_log_problems, gym_response, metric, post_once, rpc_call
+from tests.fixtures.helpers import (
+    MCP_HEADERS,
+    MCP_INITIALIZE,
+    bridge_log_problems,
+    gym_response,
+    metric,
+    post_once,
+    rpc_call,
+)
 
 pytestmark = pytest.mark.anyio
 
 ROLLOUTS = int(os.environ.get("GYM_MCP_BRIDGE_INFLIGHT_ROLLOUTS", "1000"))
 OPEN_FILES = int(os.environ.get("GYM_MCP_BRIDGE_INFLIGHT_OPEN_FILES", "256"))
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 
 
 def plan(i: int) -> tuple[dict[str, Any], int, int]:
@@ -107,7 +105,7 @@ async def rollout(i: int, replicas: list[str]) -> dict[str, Any]:
         raise AssertionError(f"seed: HTTP {status}: {body[:200]!r}")
     token = orjson.loads(body)["mcp"]["headers"][HEADER]
     mcp = other if i % 4 < 2 else owner
-    status, headers, body = await post_once(mcp, "/mcp", INITIALIZE, {**MCP_HEADERS, HEADER: token})
+    status, headers, body = await post_once(mcp, "/mcp", MCP_INITIALIZE, {**MCP_HEADERS, HEADER: token})
     if status != 200 or "result" not in orjson.loads(body):
         raise AssertionError(f"initialize: HTTP {status}: {body[:200]!r}")
     session = {"mcp-session-id": headers["mcp-session-id"]} if "mcp-session-id" in headers else {}

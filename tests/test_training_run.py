@@ -22,22 +22,12 @@ import orjson
 import pytest
 
 from tests.conftest import HEADER, BridgeProcess, UpstreamProcess, counter_row, mcp_client
-from tests.fixtures.helpers import MCP_HEADERS, gym_response, metric, rpc_call
+from tests.fixtures.helpers import MCP_HEADERS, MCP_INITIALIZE, gym_response, metric, rpc_call
 
 pytestmark = pytest.mark.anyio
 
 BUDGET = 1024 * 1024  # holds a few hundred finished counter rollouts: evictions start early
 ROLLOUTS = 2000
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +104,7 @@ async def bridged(client: httpx.AsyncClient, url: str, initial: int, calls: list
     assert seeded.status_code == 200, seeded.text
     token = seeded.json()["mcp"]["headers"][HEADER]
     headers = {**MCP_HEADERS, HEADER: token}
-    init = await client.post(f"{url}/mcp", json=INIT, headers=headers)
+    init = await client.post(f"{url}/mcp", json=MCP_INITIALIZE, headers=headers)
     headers["mcp-session-id"] = init.headers["mcp-session-id"]
     for index, count in enumerate(calls, 1):
         answer = await client.post(
@@ -233,7 +223,7 @@ def counter_of(bridge: BridgeProcess, token: str) -> int:
 
 
 def mcp_session(bridge: BridgeProcess, token: str) -> str:
-    init = httpx.post(f"{bridge.url}/mcp", json=INIT, headers={**MCP_HEADERS, HEADER: token})
+    init = httpx.post(f"{bridge.url}/mcp", json=MCP_INITIALIZE, headers={**MCP_HEADERS, HEADER: token})
     assert init.status_code == 200
     return init.headers["mcp-session-id"]
 
