@@ -443,12 +443,12 @@ async def test_connections_kept_for_a_queue_are_closed_once_it_is_gone(upstream:
         pool.close()
 
 
+# asyncio's loop only: the test patches the loop's create_connection, which uvloop's cannot have
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
 async def test_a_connect_without_a_descriptor_waits_and_connects_again(
     upstream: Misbehaving, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     loop = asyncio.get_running_loop()
-    if "uvloop" in type(loop).__module__:
-        pytest.skip("patches the asyncio loop's create_connection (uvloop's cannot be patched)")
     connect = loop.create_connection
     failures = iter([OSError(errno.EMFILE, "Too many open files")] * 3)
 
