@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from tests.conftest import HEADER, BridgeProcess, UpstreamProcess, counter_row, mcp_client
-from tests.fixtures.helpers import MCP_HEADERS, MCP_INITIALIZE, gym_response, metric, rpc_call
+from tests.fixtures.helpers import MCP_HEADERS, MCP_INITIALIZE, claims_of, gym_response, metric, rpc_call
 
 pytestmark = pytest.mark.anyio
 
@@ -188,11 +188,9 @@ async def test_an_ended_session_is_named_never_recreated(bridge: BridgeProcess) 
     await asyncio.gather(*(finished_rollouts(BUDGET // 1024 // 8) for _ in range(8)))
     gone = httpx.post(f"{bridge.url}/verify", json=body, headers={HEADER: token})
     assert gone.status_code == 409, gone.text
-    assert f"{orjson.loads(gone.content)['detail']}".startswith("session ")
-    assert (
-        "released to make room under state_budget_bytes" in gone.json()["detail"]
-        or "no longer held" in gone.json()["detail"]
-    )
+    sid = claims_of(token)["sid"]
+    assert gone.json()["detail"].startswith(f"session {sid} ended at ")
+    assert f"finished, then released to make room under state_budget_bytes={BUDGET}" in gone.json()["detail"]
 
 
 # -- retries ---------------------------------------------------------------------------------------
