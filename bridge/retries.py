@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,6 +45,14 @@ class Attempt:
     name: str
     answer: asyncio.Future[ToolOutcome] | None  # None once released (older than ANSWERS_KEPT)
     size: int  # bytes charged to the state budget
+
+
+class Attempts(OrderedDict[str, Attempt]):
+    """A session's attempts by retry key; ``kept``: those whose answers are kept, oldest first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: deque[Attempt] = deque()
 
 
 class RetryRefused(ValueError):
@@ -113,17 +121,19 @@ def remember(
     """Keep the first attempt of ``retry``; its answer's bytes are charged once it is settled, and
     the answers of attempts older than the last ``ANSWERS_KEPT`` are released."""
     if session.retries is None:
-        session.retries = OrderedDict()
-    attempts: OrderedDict[str, Attempt] = session.retries  # type: ignore[assignment]
+        session.retries = Attempts()
+    attempts: Attempts = session.retries  # type: ignore[assignment]
     attempt = Attempt(fingerprint(name, arguments), name, answer, ATTEMPT_BYTES)
     attempts[retry.key] = attempt
+    attempts.kept.append(attempt)
     sessions.charge(session, ATTEMPT_BYTES)
     answer.add_done_callback(lambda done: _settled(sessions, session, attempt, done))
-    if len(attempts) > ANSWERS_KEPT:
-        for old in list(attempts.values())[-ANSWERS_KEPT - 1 :: -1]:
-            if old.answer is None:
-                break
-            _release(sessions, session, old)
+    while len(attempts.kept) > ANSWERS_KEPT:
+        oldest = attempts.kept[0]
+        if oldest.answer is not None and not oldest.answer.done():
+            break  # still running: released by a later call
+        attempts.kept.popleft()
+        _release(sessions, session, oldest)
 
 
 def _settled(
@@ -136,7 +146,7 @@ def _settled(
 
 
 def _release(sessions: SessionRegistry, session: Session, attempt: Attempt) -> None:
-    if attempt.answer is not None and attempt.answer.done():
+    if attempt.answer is not None:
         attempt.answer = None
         sessions.charge(session, ATTEMPT_BYTES - attempt.size)
         attempt.size = ATTEMPT_BYTES

@@ -5,6 +5,7 @@ the incomplete-log summary ``recorded`` verify refuses with."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 import time
@@ -486,3 +487,39 @@ def test_expired_finished_and_unfinished_sessions_are_queued_for_upstream_releas
     assert sessions.sweep(now=time.time() + 11) == 2
     assert {s.sid for s in sessions.take_released()} == {finished.sid, unfinished.sid}
     assert sessions.ended == {"closed": 1, "expired": 2, "evicted": 0, "lost": 0}
+
+
+def test_retry_answers_past_the_last_64_are_released_and_their_keys_refused_not_reapplied() -> None:
+    from bridge import retries
+    from bridge.outcomes import ToolOutcome
+
+    async def run() -> None:
+        sessions = registry()
+        session = open_session(sessions)
+        loop = asyncio.get_running_loop()
+        keys = [retries.key_of(f"k{i}") for i in range(retries.ANSWERS_KEPT + 6)]
+        for i, key in enumerate(keys):
+            assert key is not None
+            answer: asyncio.Future[ToolOutcome] = loop.create_future()
+            answer.set_result(ToolOutcome(200, b"x" * 100, "application/json", False, [], str(i)))
+            retries.remember(sessions, session, key, "increment_counter", {"count": i}, answer)
+            await asyncio.sleep(0)  # the answer's bytes are charged once it is settled
+        newest = retries.previous(session, keys[-1], "increment_counter", {"count": len(keys) - 1})
+        assert (
+            newest is not None
+            and newest.answer is not None
+            and newest.answer.result().message == str(len(keys) - 1)
+        )
+        with pytest.raises(
+            retries.RetryRefused,
+            match="idempotency key 'k0' was already answered and its answer is no longer held",
+        ):
+            retries.previous(session, keys[0], "increment_counter", {"count": 0})
+        with pytest.raises(retries.RetryRefused, match="already used for another call"):
+            retries.previous(session, keys[1], "increment_counter", {"count": 99})
+        held = sum(a.size for a in session.retries.values())  # type: ignore[union-attr]
+        assert held == len(keys) * retries.ATTEMPT_BYTES + retries.ANSWERS_KEPT * 100
+        sessions.finish(session)  # a finished session drops them all
+        assert session.retries is None and sessions.state_bytes == session.size
+
+    asyncio.run(run())
