@@ -8,9 +8,8 @@ post ``/close_session`` to the upstream with the session's cookie and Gym's type
 ``resources_session_id`` and ``episode_id``; a session seeded with a plain row is named by its
 bridge id, and the upstream finds its state by the cookie). ``settle`` (called by the service after
 each change of the registry) updates the metrics and queues what the registry ended. The queue is
-bounded: past
-``QUEUE_MAX`` a release is dropped and counted, never waited for. Outcomes are counted in
-``gym_mcp_bridge_upstream_closes_total``.
+bounded: past ``QUEUE_MAX`` a release is dropped and counted, never waited for. Outcomes are
+counted in ``gym_mcp_bridge_upstream_closes_total``.
 """
 
 from __future__ import annotations

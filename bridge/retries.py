@@ -22,7 +22,6 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from bridge import exactjson
 from bridge.outcomes import ToolOutcome
 from bridge.sessions import Session, SessionRegistry
 
@@ -86,18 +85,19 @@ def key_of(
     )
 
 
-def fingerprint(name: str, arguments: dict[str, Any]) -> bytes:
-    return hashlib.blake2b(name.encode() + b"\x00" + exactjson.dumps(arguments), digest_size=16).digest()
+def fingerprint(name: str, sent: bytes) -> bytes:
+    """A call's identity: its tool name and its arguments as sent to the upstream (``exactjson``)."""
+    return hashlib.blake2b(name.encode() + b"\x00" + sent, digest_size=16).digest()
 
 
-def previous(session: Session, retry: RetryKey, name: str, arguments: dict[str, Any]) -> Attempt | None:
+def previous(session: Session, retry: RetryKey, name: str, digest: bytes) -> Attempt | None:
     """The first attempt of ``retry`` in this session, if any; ``RetryRefused`` when it was another
     call or its answer is no longer held."""
     attempts = session.retries
     attempt = attempts.get(retry.key) if attempts is not None else None
     if attempt is None:
         return None
-    if attempt.fingerprint != fingerprint(name, arguments):
+    if attempt.fingerprint != digest:
         raise RetryRefused(
             f"{retry.label} was already used for another call (tool {attempt.name!r} or other "
             "arguments): a retry must repeat the same tool and arguments; a new call needs a new key"
@@ -115,7 +115,7 @@ def remember(
     session: Session,
     retry: RetryKey,
     name: str,
-    arguments: dict[str, Any],
+    digest: bytes,
     answer: asyncio.Future[ToolOutcome],
 ) -> None:
     """Keep the first attempt of ``retry``; its answer's bytes are charged once it is settled, and
@@ -123,7 +123,7 @@ def remember(
     if session.retries is None:
         session.retries = Attempts()
     attempts: Attempts = session.retries  # type: ignore[assignment]
-    attempt = Attempt(fingerprint(name, arguments), name, answer, ATTEMPT_BYTES)
+    attempt = Attempt(digest, name, answer, ATTEMPT_BYTES)
     attempts[retry.key] = attempt
     attempts.kept.append(attempt)
     sessions.charge(session, ATTEMPT_BYTES)

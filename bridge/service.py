@@ -302,17 +302,20 @@ class Bridge:
         if name not in session.toolset.tools:
             allowed = ", ".join(session.tool_names) or "none"
             raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", "unknown_tool")
+        sent = exactjson.dumps(arguments)  # once: the upstream's body, the log's copy, the retry's identity
         if retry is not None:
+            digest = retries.fingerprint(name, sent)
             try:
-                first = retries.previous(session, retry, name, arguments)
+                first = retries.previous(session, retry, name, digest)
             except RetryRefused as exc:
                 raise Rejected(str(exc), "retry") from exc
             if first is not None and first.answer is not None:
                 self.metrics.retries.labels(retry.matched_by).inc()
                 return await asyncio.shield(first.answer)
-        answer = asyncio.ensure_future(self._call_tool(session, name, arguments, transport, emitted, rollout))
+        call = self._call_tool(session, name, arguments, sent, transport, emitted, rollout)
+        answer = asyncio.ensure_future(call)
         if retry is not None:
-            retries.remember(self.sessions, session, retry, name, arguments, answer)
+            retries.remember(self.sessions, session, retry, name, digest, answer)
         return await asyncio.shield(answer)
 
     async def _call_tool(
@@ -320,24 +323,25 @@ class Bridge:
         session: Session,
         name: str,
         arguments: dict[str, Any],
+        sent: bytes,
         transport: str,
         emitted: str | None,
         rollout: str | None,
     ) -> ToolOutcome:
-        """One upstream call: ``POST /<name>``, or for an MCP-native upstream ``tools/call`` on its own
-        ``/mcp`` with the session's upstream token (the model reads its result as it came); then the
-        call is logged (with the arguments as the upstream received them) and counted."""
+        """One upstream call: ``POST /<name>`` with ``sent`` (the arguments as JSON), or for an
+        MCP-native upstream ``tools/call`` on its own ``/mcp`` with the session's upstream token (the
+        model reads its result as it came); then the call is logged (with the arguments as the
+        upstream received them) and counted."""
         started, clock = time.time(), time.perf_counter()
-        sent = None
+        native = name in self.mcp_native
         try:
-            if name in self.mcp_native:
+            if native:
                 timeout = self.settings.tool_timeout_s
                 answer = await upstream_mcp.call(
                     self.upstream, session.upstream_headers or {}, name, arguments, timeout
                 )
                 outcome = outcomes.mcp_answered(*answer)
             else:
-                sent = exactjson.dumps(arguments)
                 path = self._path(f"/{name}", rollout or session.rollout_id)
                 response = await self.upstream.post(path, sent, request_headers(session.cookie))
                 outcome = outcomes.answered(response)
@@ -345,8 +349,9 @@ class Bridge:
         except (UpstreamTimeout, UpstreamUnavailable, UpstreamRequestRefused) as exc:
             outcome = outcomes.failed(exc)
         elapsed = time.perf_counter() - clock
+        logged = None if native else sent  # an MCP-native upstream got the arguments in its own envelope
         record = ToolCallRecord.served(
-            name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed, sent
+            name, emitted, arguments, outcome.message, outcome.is_error, started, elapsed, logged
         )
         self.sessions.record(session, record)
         label = (

@@ -47,7 +47,7 @@ SERVICE_LEVEL = frozenset(
     )
 )
 # import nothing of bridge/; all may import
-LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson", "bridge.limits"})
+LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson", "bridge.limits", "bridge.throttle"})
 ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
 
 

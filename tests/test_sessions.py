@@ -502,9 +502,14 @@ def test_retry_answers_past_the_last_64_are_released_and_their_keys_refused_not_
             assert key is not None
             answer: asyncio.Future[ToolOutcome] = loop.create_future()
             answer.set_result(ToolOutcome(200, b"x" * 100, "application/json", False, [], str(i)))
-            retries.remember(sessions, session, key, "increment_counter", {"count": i}, answer)
+            digest = retries.fingerprint("increment_counter", exactjson.dumps({"count": i}))
+            retries.remember(sessions, session, key, "increment_counter", digest, answer)
             await asyncio.sleep(0)  # the answer's bytes are charged once it is settled
-        newest = retries.previous(session, keys[-1], "increment_counter", {"count": len(keys) - 1})
+
+        def digest_of(count: int) -> bytes:
+            return retries.fingerprint("increment_counter", exactjson.dumps({"count": count}))
+
+        newest = retries.previous(session, keys[-1], "increment_counter", digest_of(len(keys) - 1))
         assert (
             newest is not None
             and newest.answer is not None
@@ -514,9 +519,9 @@ def test_retry_answers_past_the_last_64_are_released_and_their_keys_refused_not_
             retries.RetryRefused,
             match="idempotency key 'k0' was already answered and its answer is no longer held",
         ):
-            retries.previous(session, keys[0], "increment_counter", {"count": 0})
+            retries.previous(session, keys[0], "increment_counter", digest_of(0))
         with pytest.raises(retries.RetryRefused, match="already used for another call"):
-            retries.previous(session, keys[1], "increment_counter", {"count": 99})
+            retries.previous(session, keys[1], "increment_counter", digest_of(99))
         held = sum(a.size for a in session.retries.values())  # type: ignore[union-attr]
         assert held == len(keys) * retries.ATTEMPT_BYTES + retries.ANSWERS_KEPT * 100
         sessions.finish(session)  # a finished session drops them all

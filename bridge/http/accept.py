@@ -37,6 +37,8 @@ from typing import Any
 
 import uvloop
 
+from bridge.throttle import Throttle
+
 log = logging.getLogger("gym_mcp_bridge.accept")
 
 RETRY_S = 0.1  # pause after a failed accept
@@ -65,10 +67,9 @@ class Acceptor:
         self.resume_below = max(1, limit - max(1, limit // 16))
         self.open = 0
         self.paused_since: float | None = None  # at the limit since (monotonic)
-        self.failures = 0  # accept failures since the last line logged about them
+        self.failure_lines = Throttle(LOG_EVERY_S)  # accept failures: a line a second at most
         self.failed_total = 0
         self.dropped_total = 0
-        self._logged_failure = 0.0
         self._reading = False
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
@@ -145,10 +146,9 @@ class Acceptor:
             )
 
     def _accept_failed(self, exc: OSError) -> None:
-        self.failures += 1
         self.failed_total += 1
-        now = time.monotonic()
-        if now - self._logged_failure >= LOG_EVERY_S:
+        failures = self.failure_lines.tick()
+        if failures is not None:
             why = "out of a resource" if exc.errno in RESOURCE_ERRORS else "failed"
             log.warning(
                 "accept %s: [Errno %s] %s (%d failures since the last line), %d client connections open "
@@ -156,13 +156,11 @@ class Acceptor:
                 why,
                 exc.errno,
                 exc.strerror,
-                self.failures,
+                failures,
                 self.open,
                 self.limit,
                 RETRY_S,
             )
-            self.failures = 0
-            self._logged_failure = now
         self._stop_reading()
         if self._retry is None:
             self._retry = self.loop.call_later(RETRY_S, self._retry_accept)

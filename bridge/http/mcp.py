@@ -51,11 +51,6 @@ from bridge.http.requests import read_body, text_headers
 from bridge.service import Bridge, Foreign, Rejected
 from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
 
-
-def _latin1(value: bytes | None) -> str | None:
-    return value.decode("latin-1") if value is not None else None
-
-
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
 INVALID_SESSION = -32001  # JSON-RPC server-defined error: the session token was refused
@@ -191,7 +186,11 @@ class McpEndpoint:
         return Reply(outcome.message, False, structured)
 
 
-RetryParts = tuple[str | None, str | None, Any, Any]
+RetryParts = tuple[str | None, str | None, Any, Any]  # Idempotency-Key, Mcp-Session-Id, id, idempotencyKey
+
+
+def _latin1(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None
 
 
 def _is_initialize(body: bytes) -> bool:

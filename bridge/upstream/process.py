@@ -37,6 +37,7 @@ from opentelemetry.trace import SpanKind
 
 from bridge import rollouts, tracing
 from bridge.settings import Settings
+from bridge.throttle import Throttle
 from bridge.upstream import envs as gym_envs
 from bridge.upstream.child import BootInfo, Child, exit_text
 from bridge.upstream.response import UpstreamResponse
@@ -107,8 +108,7 @@ class Upstream:
         # Tool calls and other POSTs to a plain-http upstream go through this lean keep-alive pool
         # (see KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
         self._pool: KeepAlivePool | None = None
-        self._failures = 0  # requests that failed (502) since the last line logged about them
-        self._failure_logged = 0.0
+        self._failure_lines = Throttle()  # requests that failed (502): a line a second at most
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -385,12 +385,9 @@ class Upstream:
     def _unavailable(self, message: str) -> UpstreamUnavailable:
         """The error of a request the upstream failed (the caller's 502), logged: at most one line a
         second, with the number of failures since the last one."""
-        self._failures += 1
-        now = time.monotonic()
-        if now - self._failure_logged >= 1.0:
-            log.warning("%s (%d such failures since the last line)", message, self._failures)
-            self._failures = 0
-            self._failure_logged = now
+        failures = self._failure_lines.tick()
+        if failures is not None:
+            log.warning("%s (%d such failures since the last line)", message, failures)
         return UpstreamUnavailable(message)
 
     async def _post_httpx(

@@ -50,6 +50,7 @@ import httptools
 import httpx
 
 from bridge.rollouts import ID_PATTERN, ROLLOUT
+from bridge.throttle import Throttle
 
 log = logging.getLogger("gym_mcp_bridge.transport")
 
@@ -291,7 +292,7 @@ class KeepAlivePool:
         self.busy = 0  # connections (or connects) in use
         self.queued = 0  # requests waiting for one
         self._sweep: asyncio.TimerHandle | None = None
-        self._logged_no_descriptor = 0.0
+        self._no_descriptor_lines = Throttle()
 
     def stats(self) -> PoolStats:
         return PoolStats(self.busy, len(self.idle), self.queued, self.max_connections)
@@ -319,9 +320,7 @@ class KeepAlivePool:
             raise ConnectTimeout(f"no connection to {self.url} within {budget:g}s") from exc
 
     def _no_descriptor(self, exc: OSError) -> None:
-        now = time.monotonic()
-        if now - self._logged_no_descriptor >= 1.0:
-            self._logged_no_descriptor = now
+        if self._no_descriptor_lines.tick() is not None:
             log.warning(
                 "connecting to the %s %s: [Errno %s] %s with %d connections of this pool in use: "
                 "the request waits and connects again (raise the open-file limit, docs/deployment.md "
