@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 from opentelemetry.trace import SpanKind
 
-from bridge import discovery, exactjson, outcomes, retries, rollouts, tracing
+from bridge import admission, discovery, exactjson, outcomes, retries, rollouts, tracing
 from bridge import tools as tools_mod
+from bridge.admission import Rejected
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
 from bridge.metrics import Metrics
@@ -36,15 +37,10 @@ from bridge.sessions import (
     Session,
     SessionBudgetFull,
     SessionCapReached,
-    SessionEnded,
-    SessionError,
-    SessionLost,
     SessionRegistry,
-    released_reason,
-    restarted_reason,
 )
 from bridge.settings import Settings, advertise_url
-from bridge.tokens import HEADER, ForeignIssuer, TokenError, TokenSigner
+from bridge.tokens import HEADER, Claims, ForeignIssuer, TokenSigner
 from bridge.tools import InvalidToolName, ToolSets
 from bridge.upstream import (
     Upstream,
@@ -59,26 +55,6 @@ from bridge.upstream.cookies import request_headers
 log = logging.getLogger("gym_mcp_bridge")
 
 TYPED_SEED_KEY = "resources_session_id"
-
-
-class Rejected(Exception):
-    """Refused before reaching the upstream: a one-line ``reason`` and its ``kind`` (a metrics label,
-    and what the HTTP layer maps to a status code: ``bridge.http.responses.STATUS``)."""
-
-    def __init__(self, reason: str, kind: str, retry_after: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.kind = kind
-        self.retry_after = retry_after
-
-
-class Foreign(Rejected):
-    """A verified token issued by another replica (``owner``) inside the configured peers: the surface
-    relays the request to it (``bridge.http.forwarding``); where it cannot, this is the refusal."""
-
-    def __init__(self, reason: str, owner: str) -> None:
-        super().__init__(reason, "foreign")
-        self.owner = owner
 
 
 def _no_room(exc: SessionCapReached | SessionBudgetFull) -> Rejected:
@@ -172,46 +148,22 @@ class Bridge:
     def authorize(self, token: str | None, tool: str | None = None, finished_ok: bool = False) -> Session:
         """The session a token names; Rejected (without touching the upstream) otherwise. A finished
         session (its /verify answered) serves only ``finished_ok`` requests: a repeated verify, close."""
-        if not token:
-            raise Rejected(f"missing session token: send the {HEADER} header from /seed_session", "missing")
-        if self.signer is None:
-            raise Rejected("bridge not ready", "not_ready")
-        try:
-            claims = self.signer.verify(token)
-        except ForeignIssuer as exc:
-            raise self.foreign(exc) from exc
-        except TokenError as exc:
-            raise Rejected(str(exc), "token") from exc
-        try:
-            session = self.sessions.get(claims.sid, self.upstream.generation, finished_ok)
-        except SessionLost as exc:
-            raise Rejected(str(exc), "lost") from exc
-        except SessionEnded as exc:
-            raise Rejected(str(exc), "ended") from exc
-        except SessionError as exc:
-            if claims.issued_at < int(self.started_at):  # signed by us, before this process started
-                raise Rejected(
-                    restarted_reason(claims.sid, claims.issued_at, self.started_at), "lost"
-                ) from exc
-            raise Rejected(released_reason(claims.sid, claims.issued_at), "session") from exc
-        if tool is not None and not claims.allows(tool, session.tool_names):
-            allowed = ", ".join(claims.tools if claims.tools is not None else session.tool_names) or "none"
-            raise Rejected(f"tool {tool!r} is not in this session's allow-list ({allowed})", "allow_list")
-        return session
+        return self.admit(self.verify_token(token), tool, finished_ok)
+
+    def verify_token(self, token: str | None) -> Claims:
+        """The verified claims of a session token (``admission.verify_token``). A caller that verified
+        the token once passes the claims on to ``admit`` rather than verifying it again."""
+        return admission.verify_token(self.signer, self.peers, token)
+
+    def admit(self, claims: Claims, tool: str | None = None, finished_ok: bool = False) -> Session:
+        """The session verified ``claims`` name, and ``tool`` in its allow-list (``admission.admit``)."""
+        return admission.admit(
+            self.sessions, self.upstream.generation, self.started_at, claims, tool, finished_ok
+        )
 
     def foreign(self, exc: ForeignIssuer) -> Rejected:
-        """Another replica's verified token: ``Foreign`` (forward it) when its issuer is a peer, else
-        the refusal naming the issuer (nobody is contacted)."""
-        owner = exc.claims.issuer
-        peers = self.peers
-        if peers.allows(owner):
-            return Foreign(str(exc), owner)
-        return Rejected(
-            f"session token was issued by another replica ({owner}), which is outside this "
-            f"deployment's peers ({peers}): not forwarded; send this session's requests there, or "
-            "add it to peers (--peers / GYM_MCP_BRIDGE_PEERS)",
-            "peer",
-        )
+        """Another replica's verified token: ``Foreign`` when its issuer is a peer, else the refusal."""
+        return admission.foreign(self.peers, exc)
 
     def mcp_metadata(self, session: Session) -> dict[str, Any]:
         return {

@@ -19,9 +19,9 @@ import pytest
 
 from bridge.settings import Settings
 from bridge.upstream import Upstream
-from bridge.upstream.process import tls_verification
-from tests.conftest import SECRET
-from tests.kube_helpers import make_ca
+from bridge.upstream.client import tls_verification
+from tests.fixtures.bridges import SECRET
+from tests.fixtures.kube import make_ca
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,8 @@ Data flow: a Gym row (``--row FILE.jsonl`` first row, ``--row-json``, else the b
 ``GET /example_row``: the first example row of the environment it serves, or an empty prompt) →
 ``POST <bridge>/seed_session`` over httpx (``--api-key`` as ``Authorization: Bearer`` when the
 bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym >= 0.7 typed seeds)
-→ one renderer per client, printed on stdout:
+→ (``--public-url``: the answer's ``url`` rebased on the URL the client reaches) → one renderer per
+client, printed on stdout:
 
 | client | output |
 |---|---|
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bridge.scoring.harnesses import HARNESSES
 
 DEFAULT_BRIDGE_URL = "http://127.0.0.1:8000"
 EMPTY_ROW: dict[str, Any] = {"responses_create_params": {"input": []}}
@@ -261,7 +264,9 @@ def render_json(metadata: dict[str, Any], server_name: str | None = None) -> str
     return json.dumps(shown, indent=2) + "\n"
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
+Renderer = Callable[[dict[str, Any], str | None], str]
+# each config format a harness of the registry may name (``Harness.config``)
+FORMATS: dict[str, Renderer] = {
     "codex": render_codex,
     "claude-code": render_claude_code,
     "gemini": render_gemini,
@@ -269,6 +274,10 @@ RENDERERS: dict[str, Callable[[dict[str, Any], str | None], str]] = {
     "opencode": render_opencode,
     "kilocode": render_kilocode,
     "cline": render_cline,
+}
+# --client: every harness of the registry with a config format, and the raw metadata
+RENDERERS: dict[str, Renderer] = {
+    **{h.name: FORMATS[h.config] for h in HARNESSES if h.config is not None},
     "json": render_json,
 }
 
@@ -291,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
     except ClientConfigError as exc:
         print(f"gym-mcp-bridge client-config: {exc}", file=sys.stderr)
         return 2
+    if args.public_url:  # the seed's url names the owning replica as the cluster sees it
+        metadata["url"] = args.public_url.rstrip("/") + str(metadata.get("url_path") or "/mcp")
     sys.stdout.write(RENDERERS[args.client](metadata, args.server_name))
     print(RETRIES_NOTE, file=sys.stderr)
     return 0
@@ -325,5 +336,12 @@ def add_parser(commands: Any) -> None:
         "--api-key",
         default=os.environ.get("GYM_MCP_BRIDGE_API_KEY"),
         help="the bridge's api_key, when it has one [env GYM_MCP_BRIDGE_API_KEY]",
+    )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the base URL the client reaches the bridge by (a kubectl port-forward, an ingress), used "
+        "with the seed's url_path instead of the seed's url, which names the owning replica as the "
+        "cluster sees it; calls then reach the owner through the replica behind URL",
     )
     parser.set_defaults(handler=run)

@@ -1,1 +1,1 @@
-"""The HTTP layer: the ASGI app, its guard, the REST and MCP surfaces, health, forwarding to peers."""
+"""The HTTP layer: the ASGI app, its guards, the REST and MCP surfaces, health, forwarding to peers."""

@@ -1,8 +1,12 @@
-"""The ASGI application: routes of both surfaces, health and metrics, error rendering, lifespan,
-behind the ``Guard``.
+"""The ASGI application: the guards, then routes of both surfaces, health and metrics, error
+rendering, lifespan.
 
 ``create_app(bridge)`` expects a started ``Bridge`` (``serving.ServingApp`` starts it behind the
-probes, then builds this app and runs its ``lifespan``). The lifespan runs the MCP session
+probes, then builds this app and runs its ``lifespan``). Outermost first: ``HeaderLimit``,
+``StripPrefixes``, ``RebindingCheck``, ``RequestSpan`` (``http/guard.py``), then Starlette's
+routing: ``/mcp`` to ``McpRoute`` (``http/mcp_route.py``) by a bare router, without the REST app's
+error middleware, which the request a rollout sends thousands of times has no use for; every other
+path to the REST app (``Starlette``: health, metrics, ``/openapi.json``, Gym's routes). The lifespan runs the MCP session
 manager, the session sweeper and, in managed mode, the upstream supervisor; on shutdown (after
 uvicorn has drained in-flight requests) it stops the upstream.
 """
@@ -12,20 +16,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, Router
+from starlette.types import ASGIApp
 
+from bridge import tracing
 from bridge.http import accept
 from bridge.http.forwarding import Forwarding
-from bridge.http.guard import Guard, rebinding_protection
+from bridge.http.guard import HeaderLimit, RebindingCheck, RequestSpan, StripPrefixes, rebinding_protection
 from bridge.http.health import Health
 from bridge.http.mcp import McpEndpoint
+from bridge.http.mcp_route import McpRoute
 from bridge.http.openapi import OpenApiDocument
+from bridge.http.prefixes import mount_path
 from bridge.http.responses import error
 from bridge.http.rest import RestSurface
 from bridge.service import Bridge
@@ -47,7 +55,12 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     return error(500, f"internal error ({type(exc).__name__}); see the bridge log")
 
 
-def create_app(bridge: Bridge) -> Guard:
+Lifespan = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
+def create_app(bridge: Bridge) -> tuple[ASGIApp, Lifespan]:
+    """The app to serve, and its lifespan (the MCP session manager, the sweeper, the releaser, the
+    supervisor), which the server runs."""
     security = rebinding_protection(bridge.settings, str(bridge.bound[0]), bridge.advertise_url)
     forwarding = Forwarding.of(bridge)
     bridge.metrics.watch_clients(accept.client_connections)
@@ -79,11 +92,17 @@ def create_app(bridge: Bridge) -> Guard:
         Route("/health", health.healthz, methods=["GET"]),  # the name other Gym tooling probes
         Route("/readyz", health.readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        Route("/mcp", mcp.app),
         Route("/openapi.json", OpenApiDocument(bridge).get, methods=["GET"]),
         *RestSurface(bridge, forwarding).routes(),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
-    guard = Guard(app, mcp, bridge, security)
-    guard.lifespan = lifespan
-    return guard
+    rest = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    rejections = bridge.metrics.rejections
+    app: ASGIApp = Router([Route("/mcp", McpRoute(mcp, bridge.settings, rejections))], default=rest)
+    if tracing.ENABLED:
+        app = RequestSpan(app)
+    if security.enable_dns_rebinding_protection:
+        app = RebindingCheck(app, security, rejections)
+    mount = mount_path(bridge.advertise_url)
+    app = StripPrefixes(app, mount, rejections)
+    app = HeaderLimit(app, bridge.settings.max_header_bytes, mount, rejections)
+    return app, lifespan

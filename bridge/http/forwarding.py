@@ -1,17 +1,17 @@
 """Any replica serves any session: a request for another replica's session is relayed to its owner.
 
-Owns the forwarding client: one raw keep-alive pool per owner replica (``KeepAlivePool``, the
-upstream's client: the request in one write, the answer parsed with httptools), opened on the first
-forward to that owner, closed with the app. No cookie jar, no default headers: nothing of one
-request is ever carried into another's. Which replicas may be contacted is ``bridge.peers`` (the
-service's decision).
+Owns the forwarding client: one raw keep-alive pool per owner replica (``PeerClient``, the
+upstream's own client as ``bridge.upstream`` exports it: the request in one write, the answer parsed
+with httptools), opened on the first forward to that owner, closed with the app. No cookie jar, no
+default headers: nothing of one request is ever carried into another's. Which replicas may be
+contacted is ``bridge.peers`` (the service's decision).
 
 Data flow. A surface verifies the request's session token as it always does
-(``Bridge.authorize``). Only when the token verifies under the shared key but its signed ``iss`` is
-not this replica's advertise URL does ``TokenSigner.verify`` raise ``ForeignIssuer``; the owner-local
-hot path never reaches this module. ``Bridge.authorize`` then asks ``Peers.allows`` (``bridge.peers``): an issuer
-outside the peers is refused there, naming it, without contacting anyone; one inside becomes
-``service.Foreign(owner)``. The surface that catches it (REST routes, ``POST /mcp`` before the fast
+(``Bridge.authorize``; on ``/mcp`` ``Bridge.verify_token``, once). Only when the token verifies
+under the shared key but its signed ``iss`` is not this replica's advertise URL does
+``TokenSigner.verify`` raise ``ForeignIssuer``; the owner-local hot path never reaches this module.
+``bridge.admission`` then asks ``Peers.allows`` (``bridge.peers``): an issuer outside the peers is
+refused there, naming it, without contacting anyone; one inside becomes ``Foreign(owner)``. The surface that catches it (REST routes, ``POST /mcp`` before the fast
 path) hands the raw request -- method, path, headers, and the body it already read under its
 limits -- to ``Forwarding.relay``, which writes it to ``owner`` unchanged but for the hop: the
 hop-by-hop headers dropped, ``host`` the owner's, ``content-length`` the body's, the marker header
@@ -19,7 +19,7 @@ hop-by-hop headers dropped, ``host`` the owner's, ``content-length`` the body's,
 message: status, headers (every ``Set-Cookie`` included; hop-by-hop headers, ``date`` and ``server``
 are the relaying server's own; ``content-length`` the body's), body. The owner runs every check
 again (token, session, allow-list, limits, Host/Origin). A connection is reused only after an
-exchange that ended exactly (``KeepAlivePool``); a forwarded request is never retried.
+exchange that ended exactly (``PeerClient``); a forwarded request is never retried.
 
 A request that already carries the marker is never forwarded again: 508 naming both replicas. An
 owner that cannot be reached, or that breaks off or garbles its answer, is a 502 naming it; one that
@@ -42,8 +42,9 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from bridge.http.responses import jsonrpc_error
 from bridge.service import Bridge
-from bridge.upstream.transport import ConnectTimeout, KeepAlivePool, PoolStats
+from bridge.upstream import ConnectTimeout, PeerClient, PoolStats
 
 log = logging.getLogger("gym_mcp_bridge.forwarding")
 
@@ -100,7 +101,7 @@ class Forwarding:
         self.verify_timeout_s = verify_timeout_s
         self.max_connections = max_connections  # per owner
         self._marker_line = b"\r\n" + _MARKER + b": " + advertise_url.encode("latin-1")
-        self._pools: dict[str, KeepAlivePool] = {}
+        self._pools: dict[str, PeerClient] = {}
         self.forwarded = Counter(
             "gym_mcp_bridge_forwarded",
             "Requests for another replica's session, by outcome (relayed, unreachable, timeout, loop)",
@@ -121,15 +122,13 @@ class Forwarding:
             settings.peer_connections,
         )
 
-    def pool(self, owner: str) -> KeepAlivePool:
+    def pool(self, owner: str) -> PeerClient:
         """The keep-alive pool to ``owner`` (a peer's base URL, already allowed by ``Peers``)."""
         pool = self._pools.get(owner)
         if pool is None:
             if len(self._pools) >= _MAX_OWNERS:  # replicas replaced over a long run: drop the oldest
                 self._pools.pop(next(iter(self._pools))).close()
-            pool = self._pools[owner] = KeepAlivePool(
-                owner, self.max_connections, _EXPIRY_S, _CONNECT_S, "owner replica"
-            )
+            pool = self._pools[owner] = PeerClient(owner, self.max_connections, _EXPIRY_S, _CONNECT_S)
         return pool
 
     def stats(self) -> PoolStats:
@@ -145,7 +144,7 @@ class Forwarding:
         """A Starlette response whose sending relays the request to ``owner`` (REST routes)."""
         return _Relayed(self, body, owner)
 
-    def request_bytes(self, scope: Scope, body: bytes, pool: KeepAlivePool) -> bytes:
+    def request_bytes(self, scope: Scope, body: bytes, pool: PeerClient) -> bytes:
         """The request as written to the owner: request line, the caller's headers less the hop's,
         ``host``, the marker and ``content-length``, then the body -- one buffer, one write."""
         path = scope.get("raw_path") or scope["path"].encode("utf-8")
@@ -217,16 +216,10 @@ class _Relayed(Response):
 
 async def _refuse(scope: Scope, body: bytes, send: Send, status: int, reason: str) -> None:
     """A one-line refusal: a JSON-RPC error (with the request's id) on ``/mcp``, else ``{"detail"}``."""
-    payload: Any
     if scope["path"] == "/mcp":
-        payload = {
-            "jsonrpc": "2.0",
-            "id": _request_id(body),
-            "error": {"code": -32603, "message": reason},
-        }
+        encoded = jsonrpc_error(status, reason, _request_id(body))
     else:
-        payload = {"detail": reason}
-    encoded = orjson.dumps(payload)
+        encoded = orjson.dumps({"detail": reason})
     await send(
         {
             "type": "http.response.start",

@@ -1,42 +1,37 @@
-"""The guard in front of every route: request limits and the DNS-rebinding Host/Origin check.
+"""The guards in front of every route, each a small pure-ASGI middleware with one job, outermost
+first (``http/app.py`` ``create_app`` stacks them):
 
-``rebinding_protection`` builds the allow-lists from the settings; ``Guard`` (pure ASGI, knows
-nothing of the routes behind it but ``/mcp``, the probes and ``/metrics``) refuses what breaks a limit or the
-allow-lists, reads each ``POST /mcp`` body once and hands it to the MCP endpoint, and opens the
-request's trace span.
+- ``HeaderLimit``: the total header size (431, ``max_header_bytes``);
+- ``StripPrefixes``: the mount path and Gym's ``/ng-rollout/<id>/`` removed (``http/prefixes.py``);
+  a rollout prefix Gym would not route is a 404;
+- ``RebindingCheck``: Host (421) and Origin (403) against the DNS-rebinding allow-lists that
+  ``rebinding_protection`` builds from the settings (probes exempt);
+- ``RequestSpan``: the request's trace span (``/mcp`` opens its own: ``http/mcp_route.py``).
+
+Behind them Starlette's routing sends ``/mcp`` to ``McpRoute`` and everything else to the REST app.
+Each refusal is one line (``refuse``): a JSON-RPC error on ``/mcp``, ``{"detail": ...}`` elsewhere,
+counted in ``gym_mcp_bridge_rejections_total``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from urllib.parse import urlsplit
 
-import orjson
 from mcp.server.transport_security import TransportSecuritySettings
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
+from prometheus_client import Counter
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import rollouts, tracing
 from bridge.http import prefixes
-from bridge.http.mcp import McpEndpoint
-from bridge.http.requests import (
-    arguments_too_large,
-    body_too_large,
-    json_too_deep_async,
-    read_body,
-    text_headers,
-)
-from bridge.http.responses import error
-from bridge.service import Bridge
+from bridge.http.requests import text_headers
+from bridge.http.responses import error, jsonrpc_error
 from bridge.settings import Settings
 
-log = logging.getLogger("gym_mcp_bridge")
-
-GET_REFUSED = "method GET not allowed on /mcp: this endpoint sends no server-initiated messages (POST only)"
 PROBE_PATHS = frozenset({"/healthz", "/health", "/readyz"})  # kubelet probes send the pod IP as Host
 
 
@@ -96,166 +91,117 @@ def rebinding_refusal(
     return None
 
 
-class Guard:
-    """Request limits and Host/Origin checks, before any route runs (pure ASGI).
-
-    Every request: total header size (431), then Host/Origin against the rebinding allow-lists
-    (421/403; probes are exempt). ``POST /mcp``: its body is read here, once (``read_body``), and
-    its size (413), JSON depth (400) and tool-call argument size (413) checked, each refusal a
-    JSON-RPC error; the REST surface checks the same limits as it reads its body. A ``POST /mcp``
-    that passes goes with its body straight to ``McpEndpoint.post``, not through Starlette's
-    routing and middleware, which the one request a rollout sends thousands of times has no use
-    for."""
-
-    def __init__(
-        self, app: ASGIApp, mcp: McpEndpoint, bridge: Bridge, security: TransportSecuritySettings
-    ) -> None:
-        self.app = app
-        self.mcp = mcp
-        self.bridge = bridge
-        self.settings = bridge.settings
-        self.rebinding = security.enable_dns_rebinding_protection
-        self.hosts = AllowList(security.allowed_hosts or [])
-        self.origins = AllowList(security.allowed_origins or [])
-        self.mount = prefixes.mount_path(bridge.advertise_url)  # served under a path: advertise_url's
-        # the app's lifespan (MCP session manager, sweeper, supervisor); the server runs it
-        self.lifespan: Callable[[], contextlib.AbstractAsyncContextManager[None]] = contextlib.nullcontext
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        settings = self.settings
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        size = sum(len(k) + len(v) + 4 for k, v in headers)
-        scope, bad_prefix = prefixes.strip(scope, self.mount)
-        path: str = scope["path"]
-        mcp = path == "/mcp"
-        if size > settings.max_header_bytes:
-            reason = f"request headers too large ({size} bytes, limit {settings.max_header_bytes}; max_header_bytes)"
-            await self._refuse(scope, receive, send, 431, reason, "header_size", mcp)
-            return
-        if bad_prefix is not None:
-            await self._refuse(scope, receive, send, 404, bad_prefix, "rollout_id", False)
-            return
-        found = dict(headers)
-        if self.rebinding and path not in PROBE_PATHS:
-            refused = rebinding_refusal(found, self.hosts, self.origins)
-            if refused is not None:
-                await self._refuse(scope, receive, send, *refused, mcp)
-                return
-        if mcp and scope["method"] == "POST":
-            await self._mcp_post(scope, receive, send, found.get(b"content-length"))
-            return
-        if mcp and scope["method"] == "GET":
-            # The spec's answer of an endpoint with no server-to-client stream. A client given an
-            # Mcp-Session-Id opens this stream after initialize: held open, it would cost a connection
-            # and a task per harness for the whole rollout; refused, the client gives up after two tries.
-            await _answer_error(scope, receive, send, 405, GET_REFUSED, jsonrpc=True)
-            return
-        if tracing.ENABLED and path not in PROBE_PATHS and path != "/metrics":
-            parent = tracing.parent_from(text_headers(headers))
-            attributes = {"url.path": path, **_rollout_attribute(scope)}
-            with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **attributes):
-                await self.app(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    async def _mcp_post(
-        self, scope: Scope, receive: Receive, send: Send, content_length: bytes | None
-    ) -> None:
-        settings = self.settings
-        body = await read_body(receive, content_length, settings.max_body_bytes)
-        if body.too_large:
-            await self._refuse(
-                scope, receive, send, 413, body_too_large(settings.max_body_bytes), "body_size", True
-            )
-            return
-        if body.data is None:
-            return  # the client went away before its body arrived
-        data = body.data
-        if await json_too_deep_async(data, settings.max_json_depth):
-            reason = f"JSON body nested too deeply (limit {settings.max_json_depth} levels; max_json_depth)"
-            await self._refuse(scope, receive, send, 400, reason, "json_depth", True)
-            return
-        if len(data) > settings.max_argument_bytes:
-            arguments = _call_arguments(data)
-            too_large = arguments_too_large(len(arguments or b""), settings.max_argument_bytes)
-            if too_large is not None:
-                await self._refuse(scope, receive, send, 413, too_large, "argument_size", True)
-                return
-        try:
-            if tracing.ENABLED:
-                method, tool, meta = _rpc_summary(data)
-                parent = tracing.parent_from(text_headers(scope["headers"]), meta)
-                attributes = {"mcp.method.name": method, "gym.tool": tool, **_rollout_attribute(scope)}
-                with tracing.span(f"mcp {method}", SpanKind.SERVER, parent, **attributes):
-                    await self.mcp.post(scope, data, body.replay, send)
-            else:
-                await self.mcp.post(scope, data, body.replay, send)
-        except Exception as exc:  # what Starlette's error middleware would do for any other route
-            log.exception("unhandled error on POST /mcp")
-            reason = f"internal error ({type(exc).__name__}); see the bridge log"
-            with contextlib.suppress(Exception):  # the response may have started already
-                await _answer_error(scope, receive, send, 500, reason, jsonrpc=True)
-
-    async def _refuse(
-        self, scope: Scope, receive: Receive, send: Send, status: int, reason: str, kind: str, jsonrpc: bool
-    ) -> None:
-        self.bridge.metrics.rejections.labels(kind).inc()
-        await _answer_error(scope, receive, send, status, reason, jsonrpc)
-
-
-async def _answer_error(
-    scope: Scope, receive: Receive, send: Send, status: int, reason: str, jsonrpc: bool
-) -> None:
+async def answer_error(scope: Scope, receive: Receive, send: Send, status: int, reason: str) -> None:
     """A one-line refusal: a JSON-RPC error on ``/mcp``, else ``{"detail": reason}``."""
-    if jsonrpc:
-        code = -32603 if status >= 500 else -32600  # JSON-RPC internal error / invalid request
-        payload = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": reason}}
+    if scope["path"] == "/mcp":
         allow = {"allow": "POST, DELETE"} if status == 405 else None
         response: Response = Response(
-            orjson.dumps(payload), status_code=status, media_type="application/json", headers=allow
+            jsonrpc_error(status, reason), status_code=status, media_type="application/json", headers=allow
         )
     else:
         response = error(status, reason)
     await response(scope, receive, send)
 
 
-def _rollout_attribute(scope: Scope) -> dict[str, str]:
+async def refuse(
+    scope: Scope, receive: Receive, send: Send, status: int, reason: str, kind: str, rejections: Counter
+) -> None:
+    """``answer_error``, counted under ``kind``."""
+    rejections.labels(kind).inc()
+    await answer_error(scope, receive, send, status, reason)
+
+
+class HeaderLimit:
+    """431 when a request's headers (names, values, and 4 bytes of framing each) exceed ``limit``."""
+
+    def __init__(self, app: ASGIApp, limit: int, mount: str, rejections: Counter) -> None:
+        self.app = app
+        self.limit = limit
+        self.mount = mount  # only to answer on the route's terms: a JSON-RPC error on /mcp
+        self.rejections = rejections
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = scope["headers"]
+            size = sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
+            if size > self.limit:
+                routed, _ = prefixes.strip(scope, self.mount)
+                reason = f"request headers too large ({size} bytes, limit {self.limit}; max_header_bytes)"
+                await refuse(routed, receive, send, 431, reason, "header_size", self.rejections)
+                return
+        await self.app(scope, receive, send)
+
+
+class StripPrefixes:
+    """Routes the path without the mount path and Gym's rollout prefix (``prefixes.strip``, which
+    keeps the rollout id in the scope); 404 for a ``/ng-rollout/`` path Gym's middleware would not
+    match."""
+
+    def __init__(self, app: ASGIApp, mount: str, rejections: Counter) -> None:
+        self.app = app
+        self.mount = mount  # served under a path: advertise_url's
+        self.rejections = rejections
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope, bad_prefix = prefixes.strip(scope, self.mount)
+            if bad_prefix is not None:
+                await refuse(scope, receive, send, 404, bad_prefix, "rollout_id", self.rejections)
+                return
+        await self.app(scope, receive, send)
+
+
+class RebindingCheck:
+    """421 for a Host, 403 for an Origin outside the allow-lists (``rebinding_protection``); the
+    probes are exempt (kubelet sends the pod IP as Host)."""
+
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings, rejections: Counter) -> None:
+        self.app = app
+        self.hosts = AllowList(security.allowed_hosts or [])
+        self.origins = AllowList(security.allowed_origins or [])
+        self.rejections = rejections
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in PROBE_PATHS:
+            found = {}
+            for key, value in scope["headers"]:  # the last of each, as a dict of them would keep
+                if key == b"host" or key == b"origin":
+                    found[key] = value
+            refused = rebinding_refusal(found, self.hosts, self.origins)
+            if refused is not None:
+                await refuse(scope, receive, send, *refused, self.rejections)
+                return
+        await self.app(scope, receive, send)
+
+
+class RequestSpan:
+    """With tracing on, the request's server span (``request_span``) around everything behind it;
+    not for the probes, ``/metrics`` or ``/mcp`` (which opens its own once it has read the body).
+    Stacked only when tracing is on (``tracing.configure`` runs before the app is built)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if tracing.ENABLED and scope["type"] == "http":
+            path = scope["path"]
+            if path not in PROBE_PATHS and path != "/metrics" and path != "/mcp":
+                with request_span(scope):
+                    await self.app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+@contextlib.contextmanager
+def request_span(scope: Scope) -> Iterator[Span | None]:
+    """The server span of an HTTP request: ``METHOD /path``, its parent from ``traceparent``."""
+    parent = tracing.parent_from(text_headers(scope["headers"]))
+    path = scope["path"]
+    attributes = {"url.path": path, **rollout_attribute(scope)}
+    with tracing.span(f"{scope['method']} {path}", SpanKind.SERVER, parent, **attributes) as span:
+        yield span
+
+
+def rollout_attribute(scope: Scope) -> dict[str, str]:
     found = prefixes.rollout_id(scope)
     return {"gym.rollout_id": rollouts.label(found)} if found is not None else {}
-
-
-def _rpc_summary(body: bytes) -> tuple[str, str | None, Any]:
-    """(method, tool name, params._meta) of a JSON-RPC request body, for its span."""
-    try:
-        message: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return "invalid", None, None
-    if not isinstance(message, dict):
-        return "batch" if isinstance(message, list) else "invalid", None, None
-    params = message.get("params")
-    if not isinstance(params, dict):
-        return str(message.get("method")), None, None
-    tool = params.get("name") if isinstance(params.get("name"), str) else None
-    return str(message.get("method")), tool, params.get("_meta")
-
-
-def _call_arguments(body: bytes) -> bytes | None:
-    """The serialized ``arguments`` of a JSON-RPC ``tools/call`` (or of any in a batch), else None."""
-    try:
-        value: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    largest: bytes | None = None
-    for message in value if isinstance(value, list) else [value]:
-        params = message.get("params") if isinstance(message, dict) else None
-        if isinstance(params, dict) and message.get("method") == "tools/call":
-            try:
-                encoded = orjson.dumps(params.get("arguments"))
-            except orjson.JSONEncodeError:
-                continue
-            if largest is None or len(encoded) > len(largest):
-                largest = encoded
-    return largest

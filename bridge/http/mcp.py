@@ -11,8 +11,9 @@ upstream failure comes back as an ``isError`` result whose text a model can read
 Fast path. The SDK's stateless transport builds a transport, a task, memory streams and a JSON-RPC
 dispatcher for every POST; for the one message a rollout sends thousands of times -- a single
 well-formed ``tools/call`` -- that machinery is most of the bridge's CPU. ``McpEndpoint.post`` takes
-a POST whose body the guard already read and limited (Host/Origin checked there too) and answers
-such a request itself; everything else goes to the SDK (``sdk_app``) untouched: other methods,
+a POST whose body the ``/mcp`` route already read and limited (``http/mcp_route.py``; Host/Origin
+checked by the guards before it) and answers such a request itself; everything else goes to the
+SDK (``sdk_app``) untouched: other methods,
 notifications, batches, GET/DELETE, unknown protocol revisions, a duplicated or missing routing
 header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, an unparsable body. What
 the fast path does answer it answers exactly as the SDK would: the same handler (``_call``), the
@@ -23,16 +24,17 @@ the two paths answer byte for byte alike.
 
 Another replica's session (a token that verifies but names another replica, inside the peers) is
 relayed to that replica as the raw request, and its answer sent back unchanged (``forwarding``):
-``McpEndpoint.post`` checks the token first (``_owner``: for this replica's own tokens one cached
-lookup), so a relayed request costs no JSON parse here; ``_call`` still raises ``Foreign`` for a
-caller that did not check.
+``McpEndpoint.post`` verifies the token first and once (``Bridge.verify_token``: for this replica's
+own tokens one cached lookup), so a relayed request costs no JSON parse here; the verified claims
+(or the refusal) go on with the request to ``_call``, which admits the session without verifying
+the token again.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -44,12 +46,22 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import __version__, exactjson, retries
+from bridge import __version__, admission, exactjson, retries
+from bridge.admission import Foreign, Rejected
 from bridge.http.forwarding import Forwarding
-from bridge.http.mcp_results import Reply, Results, accepts_json, call_result, error_answer, meta_valid
+from bridge.http.mcp_results import (
+    Reply,
+    Results,
+    Serializer,
+    accepts_json,
+    call_result,
+    error_answer,
+    meta_valid,
+    sdk_serializer,
+)
 from bridge.http.requests import read_body, text_headers
-from bridge.service import Bridge, Foreign, Rejected
-from bridge.tokens import ForeignIssuer, TokenError, from_headers, from_raw_headers
+from bridge.service import Bridge
+from bridge.tokens import Claims, from_headers, from_raw_headers
 
 log = logging.getLogger("gym_mcp_bridge.mcp")
 
@@ -98,34 +110,40 @@ class McpEndpoint:
         self.app: Any = _EndpointApp(self)
 
     async def post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
-        """A ``POST /mcp`` whose body was read and limited by the caller (``receive`` replays it):
-        a request for another replica's session goes to its owner before anything parses its body;
-        the fast path answers a plain ``tools/call``; everything else goes to the SDK."""
-        owner = self._owner(scope)
-        if owner is not None:
-            await self.forwarding.relay(scope, body, owner, send)
+        """A ``POST /mcp`` whose body was read and limited by the caller (``receive`` replays it).
+        Its token is verified here, once: a request for another replica's session goes to its owner
+        before anything parses its body; the verdict travels with the request (``scope``) to the
+        fast path, which answers a plain ``tools/call``, or to the SDK, which answers the rest."""
+        headers = dict(scope["headers"])
+        token = from_raw_headers(headers)
+        verdict = self._verdict(token)
+        if isinstance(verdict, Foreign):
+            await self.forwarding.relay(scope, body, verdict.owner, send)
             return
-        if self.fast is not None and await self.fast.answer(scope, body, send):
+        if self.fast is not None and await self.fast.answer(scope, headers, body, send, verdict):
             return
+        scope[_VERDICT] = (token, verdict)
         if b'"initialize"' in body and _is_initialize(body):
             send = _labelled(send)
         await self.sdk_app(scope, receive, send)
 
-    def _owner(self, scope: Scope) -> str | None:
-        """The replica whose session the request's token names, when it is a peer; else None (this
-        replica's own sessions, and tokens the SDK path refuses)."""
-        token = from_raw_headers(dict(scope["headers"]))
-        signer = self.bridge.signer
-        if token is None or signer is None:
-            return None
+    def _verdict(self, token: str | None) -> Verdict:
+        """The token's verified claims, or the refusal (``Foreign``: another replica's session,
+        inside the peers) a call with it gets."""
+        bridge = self.bridge
         try:
-            signer.verify(token)
-        except ForeignIssuer as exc:
-            verdict = self.bridge.foreign(exc)
-            return verdict.owner if isinstance(verdict, Foreign) else None  # else the SDK refuses
-        except TokenError:
-            return None
-        return None
+            return admission.verify_token(bridge.signer, bridge.peers, token)
+        except Rejected as exc:
+            return exc
+
+    def _sdk_verdict(self, ctx: ServerRequestContext[Any], token: str) -> Verdict:
+        """The verdict ``post`` reached on this request's token, when the SDK read the same token."""
+        scope = getattr(ctx.request, "scope", None)
+        found = scope.get(_VERDICT) if isinstance(scope, dict) else None
+        if found is not None and found[0] == token:
+            verdict: Verdict = found[1]
+            return verdict
+        return self._verdict(token)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -135,7 +153,7 @@ class McpEndpoint:
             toolsets = self.bridge.toolsets
             return types.ListToolsResult(tools=toolsets.openapi.mcp_tools() if toolsets else [])
         try:
-            session = self.bridge.authorize(token)
+            session = self.bridge.admit(_claims(self._sdk_verdict(ctx, token)))
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             raise MCPError(INVALID_SESSION, exc.reason) from exc
@@ -151,18 +169,21 @@ class McpEndpoint:
             ctx.request_id,
             (ctx.params or {}).get("idempotencyKey"),
         )
+        token = _token(ctx)
+        verdict = self._sdk_verdict(ctx, token) if token is not None else self._verdict(None)
         try:
-            reply = await self._call(_token(ctx), params.name, params.arguments, retry)
+            reply = await self._call(verdict, params.name, params.arguments, retry)
         except Foreign as exc:  # the SDK path's pre-check forwards these; here only if it could not
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             reply = Reply(exc.reason, True)
         return call_result(reply.text, reply.is_error, reply.structured)
 
     async def _call(
-        self, token: str | None, name: str, arguments: Mapping[str, Any] | None, retry: RetryParts
+        self, verdict: Verdict, name: str, arguments: Mapping[str, Any] | None, retry: RetryParts
     ) -> Reply:
-        """``tools/call``, shared by the SDK handler and the fast path. Another replica's session
-        raises ``Foreign``: the caller relays the request to its owner. ``retry`` holds what names a
+        """``tools/call``, shared by the SDK handler and the fast path, for a token already verified
+        (``verdict``). Another replica's session raises ``Foreign``: the caller relays the request
+        to its owner. ``retry`` holds what names a
         retry (``bridge.retries.key_of``): the Idempotency-Key header, the Mcp-Session-Id, the
         JSON-RPC id and the ``idempotencyKey`` param."""
         header_key, mcp_session, request_id, param_key = retry
@@ -171,7 +192,7 @@ class McpEndpoint:
         except ValueError as exc:
             return Reply(f"retry key refused: {exc}", True)
         try:
-            session = self.bridge.authorize(token, name)
+            session = self.bridge.admit(_claims(verdict), name)
             outcome = await self.bridge.call_tool(
                 session, name, dict(arguments or {}), transport="mcp", retry=key
             )
@@ -187,6 +208,14 @@ class McpEndpoint:
 
 
 RetryParts = tuple[str | None, str | None, Any, Any]  # Idempotency-Key, Mcp-Session-Id, id, idempotencyKey
+Verdict = Claims | Rejected  # a request's token, verified once: its claims, or the refusal it gets
+_VERDICT = "gym_mcp_bridge.token"  # scope key: (token, Verdict), from ``post`` to the SDK's handlers
+
+
+def _claims(verdict: Verdict) -> Claims:
+    if isinstance(verdict, Rejected):
+        raise verdict
+    return verdict
 
 
 def _latin1(value: bytes | None) -> str | None:
@@ -220,7 +249,8 @@ def _labelled(send: Send) -> Send:
 
 class _EndpointApp:
     """``McpEndpoint.app`` as an ASGI app: a POST's body is read once (``read_body``) and handed to
-    ``McpEndpoint.post``; every other request goes to the SDK. (The guard calls ``post`` itself.)"""
+    ``McpEndpoint.post``; every other request goes to the SDK. (The served app routes ``/mcp`` to
+    ``McpRoute``, which also limits the body; this serves an endpoint on its own, as its tests do.)"""
 
     def __init__(self, endpoint: McpEndpoint) -> None:
         self.endpoint = endpoint
@@ -240,7 +270,7 @@ class _EndpointApp:
 
 _PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
 _MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-_MCP_PARAM_PREFIX = b"mcp-param-"
+_MCP_PARAM = b"\nmcp-param-"
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _META_CACHE_SIZE = 256
 
@@ -248,10 +278,11 @@ _META_CACHE_SIZE = 256
 class _FastPath:
     """Answers a single well-formed ``tools/call`` POST without the SDK's per-request transport.
 
-    Built only against the SDK release it was checked with: if a private piece it leans on (result
-    serialization by ``ServerRunner``) is missing, ``build`` returns None and the SDK serves all."""
+    Built only against the SDK release it was checked with: if the private piece it leans on
+    (``mcp_results.sdk_serializer``) is missing, ``build`` returns None and the SDK serves all
+    (``tests/test_architecture.py`` fails loudly when that happens)."""
 
-    def __init__(self, endpoint: McpEndpoint, serialize: Callable[[str, str, Any], dict[str, Any]]) -> None:
+    def __init__(self, endpoint: McpEndpoint, serialize: Serializer) -> None:
         from mcp_types import DEFAULT_NEGOTIATED_VERSION
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
@@ -261,15 +292,12 @@ class _FastPath:
         self.handshake_versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
         self.modern_versions = frozenset(MODERN_PROTOCOL_VERSIONS)
         self.valid_meta: dict[bytes, bool] = {}
+        self.json_media: dict[tuple[bytes, bytes], bool] = {}  # (Content-Type, Accept): both JSON?
 
     @classmethod
     def build(cls, endpoint: McpEndpoint) -> _FastPath | None:
         try:
-            from mcp.server.connection import Connection
-            from mcp.server.runner import ServerRunner
-
-            runner = ServerRunner(endpoint.server, Connection.from_envelope("2025-03-26", None, None), None)
-            serialize = runner._serialize
+            serialize = sdk_serializer(endpoint.server)
         except (ImportError, AttributeError, TypeError) as exc:  # pragma: no cover - another SDK release
             log.warning(
                 "MCP fast path disabled (this MCP SDK differs from the one it was built for: %s)", exc
@@ -277,32 +305,38 @@ class _FastPath:
             return None
         return cls(endpoint, serialize)
 
-    async def answer(self, scope: Scope, body: bytes, send: Send) -> bool:
+    async def answer(
+        self, scope: Scope, found: dict[bytes, bytes], body: bytes, send: Send, verdict: Verdict
+    ) -> bool:
         """Answer the POST when it is a plain ``tools/call`` answerable exactly as the SDK would; False
         (nothing sent) otherwise. Another replica's session raises ``Foreign`` before anything is sent."""
-        headers = self._headers(scope)
+        headers = self._headers(scope, found)
         plan = self._plan(headers, body) if headers is not None else None
         if plan is None or headers is None:
             return False
         version, request_id, name, arguments = plan
         try:
-            await self._answer(send, headers, version, request_id, name, arguments)
+            await self._answer(send, headers, verdict, version, request_id, name, arguments)
         except Foreign as exc:  # another replica's session: its owner answers
             await self.endpoint.forwarding.relay(scope, body, exc.owner, send)
         return True
 
-    def _headers(self, scope: Scope) -> dict[bytes, bytes] | None:
-        """The request headers, or None when one the SDK looks at would make it answer differently."""
+    def _headers(self, scope: Scope, headers: dict[bytes, bytes]) -> dict[bytes, bytes] | None:
+        """The request headers (``headers``: ``scope``'s as a dict), or None when one the SDK looks at
+        would make it answer differently."""
         raw: list[tuple[bytes, bytes]] = scope["headers"]
-        headers = dict(raw)
         if len(headers) != len(raw):
             return None  # a repeated header: the SDK's first-or-last reading and its duplicate checks rule
-        content_type = headers.get(b"content-type", b"").split(b";", 1)[0].strip()
-        if content_type != b"application/json":
+        media = (headers.get(b"content-type", b""), headers.get(b"accept", b""))
+        json_both = self.json_media.get(media)
+        if json_both is None:  # the same few pairs on every call of a harness: judged once each
+            json_both = media[0].split(b";", 1)[0].strip() == b"application/json" and accepts_json(media[1])
+            if len(self.json_media) >= _META_CACHE_SIZE:
+                self.json_media.clear()
+            self.json_media[media] = json_both
+        if not json_both:
             return None
-        if not accepts_json(headers.get(b"accept", b"")):
-            return None
-        if any(key.startswith(_MCP_PARAM_PREFIX) for key in headers):
+        if _MCP_PARAM in b"\n" + b"\n".join(headers):  # a name starting mcp-param- (names hold no \n)
             return None
         return headers
 
@@ -370,6 +404,7 @@ class _FastPath:
         self,
         send: Send,
         headers: dict[bytes, bytes],
+        verdict: Verdict,
         version: str,
         request_id: int | str,
         name: str,
@@ -386,7 +421,7 @@ class _FastPath:
                 request_id,
                 None,
             )
-            reply = await endpoint._call(from_raw_headers(headers), name, arguments, retry)
+            reply = await endpoint._call(verdict, name, arguments, retry)
             payload = self.results.encode(version, modern, request_id, reply)
         except Foreign:
             raise

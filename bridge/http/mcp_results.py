@@ -37,6 +37,24 @@ def call_result(text: str, is_error: bool, structured: dict[str, Any] | None = N
     )
 
 
+Serializer = Callable[[str, str, Any], dict[str, Any]]  # (method, revision, result) -> the wire's dict
+
+
+def sdk_serializer(server: Any) -> Serializer:
+    """The SDK's own result serializer for ``server`` (a low-level ``Server``).
+
+    The one private SDK name the bridge uses: the SDK has no public function that puts a handler's
+    result on the wire for a revision (``ServerRunner._serialize``: surface validation, ``resultType``
+    and the ``serverInfo`` stamp on 2026-07-28). ImportError, AttributeError or TypeError when an SDK
+    release changed it (the fast path is then off); ``tests/test_architecture.py`` fails loudly then."""
+    from mcp.server.connection import Connection
+    from mcp.server.runner import ServerRunner
+
+    runner = ServerRunner(server, Connection.from_envelope("2025-03-26", None, None), None)
+    serialize: Serializer = runner._serialize
+    return serialize
+
+
 _TEXT_MARK = "\x00gym-mcp-bridge text\x00"
 _STRUCTURED_MARK: dict[str, Any] = {"\x00gym-mcp-bridge structured\x00": True}
 _MISSING: Any = object()
@@ -53,7 +71,7 @@ class Results:
     envelope is encoded as the SDK's transport does: pydantic-core's JSON on the handshake wire,
     ``json.dumps`` on the 2026-07-28 wire."""
 
-    def __init__(self, serialize: Callable[[str, str, Any], dict[str, Any]]) -> None:
+    def __init__(self, serialize: Serializer) -> None:
         self.serialize = serialize
         self.templates: dict[tuple[str, bool, bool], dict[str, Any] | None] = {}
 

@@ -26,10 +26,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bridge.admission import Foreign, Rejected
 from bridge.http import auth
 from bridge.http.responses import json_response, refusal
 from bridge.http.rest import session_of
-from bridge.service import Bridge, Foreign, Rejected
+from bridge.service import Bridge
 from bridge.tools import ToolSet, ToolSpec
 
 # Gym's own routes the bridge serves, documented when the upstream has them

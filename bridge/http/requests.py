@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive
 
 from bridge import exactjson
-from bridge.service import Rejected
+from bridge.admission import Rejected
 
 
 @dataclass(slots=True)

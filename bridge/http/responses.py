@@ -1,17 +1,22 @@
 """Responses: ``error`` is the one-line ``{"detail": ...}`` refusal (``refusal`` for a service
-``Rejected``, its status from ``STATUS``); ``upstream_response`` relays the upstream's answer
-unchanged (status, body, content type, Set-Cookie).
+``Rejected``, its status from ``STATUS``); ``jsonrpc_error`` the same refusal as a JSON-RPC error
+body, what ``/mcp`` answers before a request reaches the MCP endpoint (the guard's limits, a bridge
+still starting, an owner replica that did not answer); ``upstream_response`` relays the upstream's
+answer unchanged (status, body, content type, Set-Cookie).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from starlette.responses import JSONResponse, Response
 
 from bridge import exactjson
-from bridge.service import Rejected
 from bridge.upstream import UpstreamResponse
+
+if TYPE_CHECKING:
+    from bridge.admission import Rejected
 
 # The HTTP status of each kind of refusal (``Rejected.kind``); the service decides the kind only.
 STATUS = {
@@ -50,6 +55,13 @@ def refusal(exc: Rejected) -> JSONResponse:
 def error(status: int, reason: str, retry_after: int | None = None) -> JSONResponse:
     headers = {"retry-after": str(retry_after)} if retry_after is not None else None
     return JSONResponse({"detail": reason}, status_code=status, headers=headers)
+
+
+def jsonrpc_error(status: int, reason: str, request_id: int | str | None = None) -> bytes:
+    """A one-line refusal on ``/mcp`` as a JSON-RPC error body: code -32603 (internal error) for a
+    5xx status, else -32600 (invalid request)."""
+    code = -32603 if status >= 500 else -32600
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": reason}})
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

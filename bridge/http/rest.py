@@ -24,13 +24,14 @@ from starlette.routing import Route
 
 from bridge import exactjson, retries
 from bridge import tools as tools_mod
+from bridge.admission import Foreign, Rejected
 from bridge.http import auth, skew
 from bridge.http.forwarding import Forwarding
 from bridge.http.prefixes import rollout_id
 from bridge.http.requests import arguments_too_large, read_object
 from bridge.http.responses import add_cookies, error, json_response, refusal
 from bridge.scoring import verify as verify_mod
-from bridge.service import TYPED_SEED_KEY, Bridge, Foreign, Rejected
+from bridge.service import TYPED_SEED_KEY, Bridge
 from bridge.sessions import Session
 from bridge.tokens import from_headers
 from bridge.upstream import (

@@ -28,14 +28,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
 from bridge.http.liveness import liveness
+from bridge.http.responses import jsonrpc_error
 from bridge.settings import Settings
-from bridge.upstream import Upstream, UpstreamStartError
+from bridge.upstream import Upstream, UpstreamStartError, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -132,7 +132,7 @@ class ServingApp:
             bridge.started_at = self.started_at  # uptime counts from the bind, as /healthz did
             await booting
             await bridge.start()
-            app = create_app(bridge)
+            app, lifespan = create_app(bridge)
             # Everything alive now (imports, the tool list) lives as long as the process: out of the
             # collector's sight, so a full collection under load scans the requests' objects only
             # (a 50-70 ms pause per full collection at 256 sessions before, 3-9 ms after).
@@ -144,12 +144,12 @@ class ServingApp:
         except UpstreamStartError as exc:
             self._fail(str(exc))
             return
-        except (httpx.HTTPError, ValueError) as exc:  # it answered, but not with a usable tool list
+        except (UpstreamUnavailable, UpstreamTimeout, ValueError) as exc:  # no usable tool list
             self._fail(f"cannot load the tool list from {self.upstream.url}/openapi.json: {exc}")
             return
         finally:
             booting.cancel()
-        async with app.lifespan():  # on exit it stops the upstream
+        async with lifespan():  # on exit it stops the upstream
             self.app = app
             self._settled.set()
             for level, note in self.notes:
@@ -187,24 +187,15 @@ class ServingApp:
     async def _answer_starting(self, scope: Scope, send: Send) -> None:
         path, retry = scope["path"], []
         if path in ("/healthz", "/health") and scope["method"] in ("GET", "HEAD"):
-            status, body = 200, self.healthz()
+            status, payload = 200, orjson.dumps(self.healthz())
         elif path == "/readyz" and scope["method"] in ("GET", "HEAD"):
-            status, body = 503, {"ready": False, "reason": self._reason()}
+            status, payload = 503, orjson.dumps({"ready": False, "reason": self._reason()})
         elif path == "/mcp":
-            status = 503
-            body = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": -32603, "message": f"bridge starting: {self._reason()}"},
-            }
-            retry = [(b"retry-after", b"2")]
+            status, retry = 503, [(b"retry-after", b"2")]
+            payload = jsonrpc_error(status, f"bridge starting: {self._reason()}")
         else:
-            status, body, retry = (
-                503,
-                {"detail": f"bridge starting: {self._reason()}"},
-                [(b"retry-after", b"2")],
-            )
-        payload = orjson.dumps(body)
+            status, retry = 503, [(b"retry-after", b"2")]
+            payload = orjson.dumps({"detail": f"bridge starting: {self._reason()}"})
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode()),

@@ -20,22 +20,13 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterator
 
+from bridge.scoring.harnesses import HARNESSES
+
 __all__ = ["CONVENTIONS", "flat_name", "render", "renderings", "splits"]
 
-CONVENTIONS: tuple[str, ...] = (
-    "bare",
-    "claude-code",
-    "claude-plugin",
-    "codex",
-    "codex-legacy",
-    "gemini",
-    "gemini-legacy",
-    "agents-sdk",
-    "goose",
-    "opencode",
-    "contextforge",
-)
-"""Conventions accepted by :func:`render` (and by ``--as``).
+CONVENTIONS: tuple[str, ...] = tuple(dict.fromkeys(c for h in HARNESSES for c in h.conventions))
+"""Conventions accepted by :func:`render` (and by ``--as``): each harness's in the registry
+(``bridge.scoring.harnesses``), in its order; a rule here for each.
 
 ``goose`` also covers the Docker MCP gateway; ``opencode`` also covers FastMCP namespaces and
 ToolHive's default prefix (for names already in ``[A-Za-z0-9_-]`` they emit the same string).

@@ -1,22 +1,29 @@
 """The upstream Gym resources server, behind a small public surface.
 
 - ``process``: ``Upstream``, its lifecycle (spawn, probe, supervise, stop) and ``post``;
-- ``transport``: the keep-alive HTTP/1.1 pool, request checks and the errors a request raises;
+- ``client``: ``UpstreamClient``, the one client every request to the upstream goes through (the
+  keep-alive pool for ``http://``, httpx for ``https://``);
+- ``transport``: the keep-alive HTTP/1.1 client (``KeepAlivePool``; ``PeerClient`` to another
+  replica), request checks and the errors a request raises;
 - ``response``: ``UpstreamResponse``, an answer as plain values;
+- ``child``: the managed child process (``BootInfo``: what it wrote once it bound);
 - ``boot``: the script a managed upstream runs under Gym's interpreter (never imported here);
 - ``envs``: per-environment Python environments, built as Gym's runner builds them;
 - ``mcp``: tools and calls of an upstream that serves its tools on its own ``/mcp``;
 - ``cookies``: an upstream session's cookie jar.
 
-Above this package, ``Upstream``, ``UpstreamResponse`` and the errors are imported from here;
-``mcp``, ``cookies`` and ``envs`` as modules; ``transport`` internals by nobody but
-``process`` (and the pool's own tests and benchmark).
+Above this package, the names below (``__all__``) are imported from here; ``mcp``, ``cookies`` and
+``envs`` as modules. ``transport``, ``client``, ``process``, ``child`` and ``response`` are private
+to this package (their own tests excepted): ``tests/test_architecture.py`` holds that.
 """
 
 from bridge.upstream.child import BootInfo
 from bridge.upstream.process import Upstream, UpstreamStartError
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
+    ConnectTimeout,
+    PeerClient,
+    PoolStats,
     UpstreamRequestRefused,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -25,6 +32,9 @@ from bridge.upstream.transport import (
 
 __all__ = [
     "BootInfo",
+    "ConnectTimeout",
+    "PeerClient",
+    "PoolStats",
     "Upstream",
     "UpstreamRequestRefused",
     "UpstreamResponse",

@@ -1,5 +1,10 @@
 """The upstream resources server's lifecycle: its process (managed mode) or its URL (external mode),
-and ``post``, which sends every request through the keep-alive pool (``transport``) or httpx.
+and ``post``, ``get_json`` and the probes, every one through the one client (``client``).
+
+Every request -- the tool calls, seeds and verifies (``post``), the tool list (``get_json``), the
+readiness probes and the startup waits -- goes through ``_send``, that is ``UpstreamClient.send``.
+A failure comes back as a ``TimeoutError`` or an ``OSError``, which this module turns into
+``UpstreamTimeout`` / ``UpstreamUnavailable`` or a not-ready reason.
 
 Managed mode spawns ``boot.py`` (a ``child.Child``) under the Gym environment's interpreter (or,
 when the server's ``requirements.txt`` asks for more, under its own environment layered on it, built
@@ -21,18 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
+import json
 import logging
 import os
-import ssl
-import sys
 import tempfile
 import time
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
-import httpx
 from opentelemetry.trace import SpanKind
 
 from bridge import rollouts, tracing
@@ -40,20 +41,9 @@ from bridge.settings import Settings
 from bridge.throttle import Throttle
 from bridge.upstream import envs as gym_envs
 from bridge.upstream.child import BootInfo, Child, exit_text
+from bridge.upstream.client import UpstreamClient
 from bridge.upstream.response import UpstreamResponse
-from bridge.upstream.transport import (
-    KeepAlivePool,
-    PoolStats,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-    check_request,
-)
-
-# httpcore runs ``import sniffio`` on every request (to tell asyncio from trio) and falls back to
-# asyncio when it is missing; without sniffio installed each of those imports searches sys.path
-# again, about a tenth of the bridge's CPU per tool call in a profile. Record the miss once.
-if importlib.util.find_spec("sniffio") is None:
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+from bridge.upstream.transport import PoolStats, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger("gym_mcp_bridge.upstream")
 
@@ -63,16 +53,6 @@ _DEATH_WAIT_S = 0.3  # how long a failed request waits to learn whether the chil
 
 class UpstreamStartError(Exception):
     """The upstream could not be started or reached; str(exc) says what and how to fix it."""
-
-
-def tls_verification(url: str | None) -> ssl.SSLContext | bool:
-    """What the upstream's httpx client verifies TLS with. An ``https`` upstream: the CA bundle, as
-    httpx does by default. Any other (a managed child, an ``http`` URL) is only ever spoken to in
-    plain HTTP, redirects not followed: a context that trusts no certificate at all, so a TLS peer
-    is refused, without loading the CA bundle for nothing (15 to 40 ms of CPU and 1.4 MB at a start)."""
-    if url is not None and url.lower().startswith("https:"):
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names; trusts none
 
 
 class Upstream:
@@ -94,20 +74,9 @@ class Upstream:
         self._env: gym_envs.GymEnv | None = None  # the server's interpreter and directory (managed)
         self._stopping = False
         self._workdir = Path(tempfile.mkdtemp(prefix="gym-mcp-bridge-"))
-        self.client = httpx.AsyncClient(
-            # Never keep cookies in the shared client: each request carries exactly its session's cookie.
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-            timeout=httpx.Timeout(settings.tool_timeout_s, connect=5.0),
-            limits=httpx.Limits(
-                max_connections=settings.upstream_connections,
-                max_keepalive_connections=max(4, settings.upstream_connections // 8),
-                keepalive_expiry=60,
-            ),
-            verify=tls_verification(self.url),
-        )
-        # Tool calls and other POSTs to a plain-http upstream go through this lean keep-alive pool
-        # (see KeepAlivePool); httpx serves everything else (https, probes, /openapi.json).
-        self._pool: KeepAlivePool | None = None
+        # Every request to the upstream goes through this one client (see ``client.UpstreamClient``).
+        self.requests = UpstreamClient(settings, self.mode, self.url)
+        self.client = self.requests.httpx  # the https upstream's
         self._failure_lines = Throttle()  # requests that failed (502): a line a second at most
 
     # -- identity -------------------------------------------------------------------------------
@@ -127,10 +96,7 @@ class Upstream:
 
     def pool_stats(self) -> PoolStats:
         """The connections to the upstream now: in use, idle, requests queued for one, the bound."""
-        pool = self._pool
-        if pool is None:
-            return PoolStats(limit=self.settings.upstream_connections)
-        return pool.stats()
+        return self.requests.stats()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -162,11 +128,11 @@ class Upstream:
         last_error = "no answer"
         while time.monotonic() < deadline:
             try:
-                response = await self.client.get(f"{self.url}/openapi.json", timeout=2.0)
+                response = await self._send("GET", "/openapi.json", b"", {}, 2.0)
                 if response.status_code == 200:
                     return
                 last_error = f"HTTP {response.status_code} from /openapi.json"
-            except httpx.HTTPError as exc:
+            except OSError as exc:  # TimeoutError too
                 last_error = _describe(exc)
             self.not_ready_reason = f"waiting for upstream {self.url}: {last_error}"
             await asyncio.sleep(0.25)
@@ -226,8 +192,8 @@ class Upstream:
                 if self.boot is not None:
                     self.url = self.boot.url
             if self.url is not None and self.boot is not None:
-                with contextlib.suppress(httpx.HTTPError):
-                    probe = await self.client.get(f"{self.url}/openapi.json", timeout=1.0)
+                with contextlib.suppress(OSError):  # TimeoutError too
+                    probe = await self._send("GET", "/openapi.json", b"", {}, 1.0)
                     if probe.status_code == 200:
                         child.relay_log()
                         log.info(
@@ -285,8 +251,8 @@ class Upstream:
         if self.url is None:
             return self.not_ready_reason
         try:
-            response = await self.client.get(f"{self.url}/openapi.json", timeout=2.0)
-        except httpx.HTTPError as exc:
+            response = await self._send("GET", "/openapi.json", b"", {}, 2.0)
+        except OSError as exc:  # TimeoutError too
             code = await self._death(self._child)
             if code is not None:  # a managed child's socket closes a moment before its exit is reaped
                 return (
@@ -323,9 +289,7 @@ class Upstream:
         if self._child is not None:
             await self._child.kill_group()
             await self._child.close()
-        await self.client.aclose()
-        if self._pool is not None:
-            self._pool.close()
+        await self.requests.aclose()
         for leftover in self._workdir.glob("*"):
             leftover.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
@@ -350,29 +314,19 @@ class Upstream:
             return response
 
     async def _post(
-        self, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
+        self,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float | None = None,
+        via_httpx: bool = False,
     ) -> UpstreamResponse:
-        if self.url is None:
-            raise UpstreamUnavailable(self.not_ready_reason or "upstream not started")
         budget = timeout if timeout is not None else self.settings.tool_timeout_s
-        if not self.url.startswith("http://"):
-            return await self._post_httpx(path, body, headers, budget)
-        pool = self._pool
-        if pool is None or pool.url != self.url:
-            if pool is not None:
-                pool.close()
-            # Reuse an idle connection only well inside the server's keep-alive window, so the
-            # upstream never closes one under a request we just wrote: ours runs uvicorn with 75 s;
-            # an external server may use uvicorn's default 5 s.
-            expiry = 60.0 if self.mode == "managed" else 4.0
-            pool = self._pool = KeepAlivePool(
-                self.url,
-                max_connections=self.settings.upstream_connections,
-                expiry_s=expiry,
-                connect_timeout_s=5.0,
-            )
+        url = self.url
+        if url is None:
+            raise UpstreamUnavailable(self.not_ready_reason or "upstream not started")
         try:
-            status, raw_headers, content = await pool.post(path, body, headers, budget)
+            return await self.requests.send(url, "POST", path, body, headers, budget, via_httpx)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
@@ -380,7 +334,27 @@ class Upstream:
         except OSError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
             raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
-        return UpstreamResponse(status, raw_headers, content)
+
+    async def _post_httpx(
+        self, path: str, body: bytes, headers: dict[str, str], budget: float
+    ) -> UpstreamResponse:
+        """``post`` as an ``https://`` upstream gets it (over httpx), whatever this one's URL."""
+        return await self._post(path, body, headers, budget, via_httpx=True)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        budget: float,
+        via_httpx: bool = False,
+    ) -> UpstreamResponse:
+        """The one way a request reaches the upstream (``UpstreamClient.send``): TimeoutError or
+        ``OSError`` on failure, ``UpstreamRequestRefused`` when nothing was sent."""
+        if self.url is None:
+            raise UpstreamUnavailable(self.not_ready_reason or "upstream not started")
+        return await self.requests.send(self.url, method, path, body, headers, budget, via_httpx)
 
     def _unavailable(self, message: str) -> UpstreamUnavailable:
         """The error of a request the upstream failed (the caller's 502), logged: at most one line a
@@ -390,32 +364,21 @@ class Upstream:
             log.warning("%s (%d such failures since the last line)", message, failures)
         return UpstreamUnavailable(message)
 
-    async def _post_httpx(
-        self, path: str, body: bytes, headers: dict[str, str], budget: float
-    ) -> UpstreamResponse:
-        assert self.url is not None
-        check_request(path, headers)  # also here: this path must refuse what the pool refuses
-        try:
-            response = await self.client.post(
-                f"{self.url}{path}", content=body, headers=headers, timeout=budget
-            )
-            return UpstreamResponse(
-                response.status_code, [(k.lower(), v) for k, v in response.headers.raw], response.content
-            )
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(
-                f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
-            ) from exc
-        except httpx.HTTPError as exc:
-            reason = await self.failure_cause(exc)  # names the child's death when it died under the call
-            raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
-
     async def get_json(self, path: str) -> Any:
-        if self.url is None:
-            raise UpstreamUnavailable("upstream not started")
-        response = await self.client.get(f"{self.url}{path}", timeout=10.0)
-        response.raise_for_status()
-        return response.json()
+        """The upstream's JSON document at ``path`` (its ``/openapi.json``): ``UpstreamUnavailable``
+        when it answers anything but 2xx or cannot be reached, ``UpstreamTimeout`` after 10 s,
+        ``ValueError`` when the answer is no JSON."""
+        try:
+            response = await self._send("GET", path, b"", {}, 10.0)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"upstream did not answer GET {rollouts.shown_path(path)} within 10s"
+            ) from exc
+        except OSError as exc:
+            raise UpstreamUnavailable(f"GET {rollouts.shown_path(path)}: {_describe(exc)}") from exc
+        if not 200 <= response.status_code < 300:
+            raise UpstreamUnavailable(f"HTTP {response.status_code} from GET {rollouts.shown_path(path)}")
+        return json.loads(response.content)
 
 
 def _describe(exc: BaseException) -> str:

@@ -19,8 +19,9 @@ ended exactly: one complete response and no byte beyond it. Bytes after the resp
 read or later), a second or pipelined response, any byte that arrives while the connection sits idle
 (a late answer: checked again, with a zero-timeout poll, just before reuse), a parse error, a
 timeout, a cancelled call or ``connection: close`` close it instead, so no caller ever reads an
-answer meant for another. Every request reaches the upstream through ``Upstream.post``: this
-pool for ``http://`` upstreams, httpx (``process.py``) for ``https://`` and the probes. Waiting for
+answer meant for another. Every request reaches the upstream through ``Upstream._send``: this
+pool for ``http://`` upstreams (tool calls, the tool list, the probes), httpx (``process.py``) for
+``https://`` ones. Waiting for
 a free connection or connecting past its budget raises ``ConnectTimeout`` (a ``TimeoutError``):
 nothing was sent, which a relay tells apart from an exchange that timed out.
 
@@ -358,6 +359,21 @@ class KeepAlivePool:
         head.append(b"\r\n\r\n")
         return await self.send(b"".join(head) + body, timeout)
 
+    async def get(self, path: str, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """A GET of ``path`` (checked as ``post`` checks it) on a pooled connection: the upstream's
+        ``/openapi.json`` and readiness probes go the way its tool calls go."""
+        check_request(path, {})
+        request = b"".join(
+            (
+                b"GET ",
+                path.encode("latin-1"),
+                b" HTTP/1.1\r\nhost: ",
+                self.host_header,
+                b"\r\nuser-agent: gym-mcp-bridge\r\n\r\n",
+            )
+        )
+        return await self.send(request, timeout)
+
     async def send(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Write ``request`` (a whole serialized HTTP/1.1 request with a body, never HEAD) on a pooled
         connection and read its whole answer: (status, headers with lower-cased names, body).
@@ -423,3 +439,11 @@ class KeepAlivePool:
         for conn in self.idle:
             conn.close()
         self.idle.clear()
+
+
+class PeerClient(KeepAlivePool):
+    """The same keep-alive client, to another replica (forwarding): requests the caller serialized
+    are relayed byte for byte with ``send``; errors name the server "owner replica"."""
+
+    def __init__(self, url: str, max_connections: int, expiry_s: float, connect_timeout_s: float) -> None:
+        super().__init__(url, max_connections, expiry_s, connect_timeout_s, peer="owner replica")
