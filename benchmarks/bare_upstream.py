@@ -1,25 +1,14 @@
 """A benchmark instrument: the cheapest correct server of Gym's counter contract, so that a benchmark
 in front of it measures what sits in front of it (the bridge, nginx) and not Gym.
 
-It answers what ``example_session_state_mgmt`` (Gym's stateful counter) answers, for the calls the
-bridge makes (``tests/test_capacity.py`` plays the same calls against both and compares):
+It answers what ``example_session_state_mgmt`` answers for the calls the bridge makes
+(``tests/test_bench_floors.py`` plays the same calls against both): ``/seed_session``,
+``/increment_counter``, ``/get_counter_value``, ``/verify`` (reward 1.0 when the counter equals
+``expected_count``), ``/aggregate_metrics``, ``GET /openapi.json``, and ``/echo`` (not Gym's: the
+64 KiB workload). Every answer sets the session cookie, as Gym's ``SessionMiddleware`` does; a
+``count`` that is not an integer gets 422. One ``asyncio.Protocol`` on uvloop with httptools.
 
-* ``POST /seed_session`` ``{"initial_count": N, ...}`` -> ``{}`` and a session cookie;
-* ``POST /increment_counter`` ``{"count": N}`` -> ``{"success":true}``;
-* ``POST /get_counter_value`` -> ``{"count": N}``;
-* ``POST /verify`` ``{"expected_count": N, ...}`` -> the body without ``expected_count``, plus
-  ``"reward"`` (1.0 when the session's counter equals ``expected_count``, else 0.0; Gym's answer also
-  fills in its request models' defaults);
-* ``POST /aggregate_metrics`` -> ``{}``; ``GET /openapi.json`` (so the bridge can load the tools);
-* ``POST /echo`` ``{"data": S}`` -> ``{"data": S}`` (not Gym's: the large-payload workload).
-
-As Gym's Starlette ``SessionMiddleware`` does, every answer sets the session cookie (a request
-without one gets a new session, whose counter starts at 0), so a client in front keeps a cookie jar
-as it would with Gym. A ``count`` that is not an integer gets 422; an unknown route 404.
-
-One process, one ``asyncio.Protocol`` on uvloop parsing requests with ``httptools``; no framework.
-
-    python -m benchmarks.bare_upstream [--port 0]    # prints "port N" first, then serves
+    python -m benchmarks.bare_upstream [--port 0]    # prints "port N" first, then serves on 127.0.0.1
 """
 
 from __future__ import annotations
@@ -27,11 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import sys
 from typing import Any
 
 import httptools
 import orjson
+import uvloop
 
 COOKIE = "bare_counter_session"
 _COOKIE_TAIL = b"; path=/; Max-Age=1209600; httponly; samesite=lax"
@@ -185,18 +174,7 @@ async def serve(host: str, port: int) -> None:
     await server.serve_forever()
 
 
-def main(argv: list[str] | None = None) -> int:
-    import uvloop
-
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bare_upstream", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args(argv)
-    uvloop.run(serve(args.host, args.port))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bare_upstream")
+    parser.add_argument("--port", type=int, default=0)
+    uvloop.run(serve("127.0.0.1", parser.parse_args().port))

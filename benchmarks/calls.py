@@ -1,332 +1,289 @@
-"""The call workloads of ``benchmarks.run``: each path to the counter tools (``PATHS``), one run of
-S sessions x C calls through a path with its latency, CPU per call and correctness (``Bench.run_once``),
-repeats interleaved across paths, and the per-path medians (``Bench.summarize``)."""
+"""Per-call cost and capacity: what one tool call costs the bridge's core, against its floors, in
+front of an upstream that costs next to nothing (``benchmarks/bare_upstream.py``).
+
+    make bench ARGS="calls [--rounds 15] [--levels 1,16,64,256] [--size-levels 1,16] [--quick]"
+    make bench ARGS="calls --from-json benchmarks/results/calls.json"   # the table again, nothing run
+
+What is under test runs on core 1, the upstream and this client on core 0; each session has one
+keep-alive connection and one call in flight, all sessions at once. Paths (``UNDER_TEST``):
+``direct``, the floors ``nginx`` and ``asgi`` (``benchmarks/floors.py``), ``rest``, ``mcp`` (to the
+owner) and ``fwd`` (through a non-owner: ``benchmarks/forwarding.py``); workloads ``16B`` and
+``64KB``. Rounds interleave the paths, the order rotating. CPU is each process's schedstat over the
+timed window. Every answer is checked and every counter read back exact after every run, else the
+run stops with exit 1. Medians, intervals, table and plot: ``benchmarks/report.py``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
+import itertools
+import os
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+import orjson
 
-from benchmarks import procs
-from benchmarks.clients import DirectClient, McpRawClient, McpSdkClient, PathClient, ProxyRawClient
+from benchmarks import client, floors, procs, report
+from benchmarks.client import TOKEN_HEADER, Conn
 from benchmarks.procs import BenchError, Proc
 
-# Path name -> (label, which process is "the bridge" for CPU/RSS, which is "the upstream").
-PATHS: dict[str, tuple[str, str | None, str]] = {
-    "direct": ("direct HTTP, keep-alive (reference)", None, "upstream"),
-    "bridge": ("bridge MCP, raw JSON-RPC (handshake era)", "bridge", "upstream"),
-    "bridge-2026": ("bridge MCP, raw JSON-RPC (2026-07-28)", "bridge", "upstream"),
-    "bridge-sdk": ("bridge MCP, official MCP SDK client", "bridge", "upstream"),
-    "bridge-fwd": ("bridge MCP via a non-owner replica (forwarded)", "bridge-peer+bridge", "upstream"),
-    "gym07": ("Gym 0.7 in-process MCP, raw JSON-RPC", None, "gym07"),
-    "gym07-sdk": ("Gym 0.7 in-process MCP, official MCP SDK client", None, "gym07"),
-    "gym07-direct": ("Gym 0.7 server, direct HTTP (its own reference)", None, "gym07"),
-    "fastmcp": ("generic OpenAPI->MCP proxy (FastMCP), raw", "fastmcp", "upstream"),
+PATHS = ["direct", "nginx", "asgi", "rest", "mcp"]
+FLOORS = ("direct", "nginx", "asgi")  # carry the upstream's cookie, not a token
+MCP_PATHS = ("mcp", "fwd")
+UNDER_TEST = {
+    "direct": "upstream",
+    "nginx": "nginx",
+    "asgi": "asgi",
+    "rest": "owner",
+    "mcp": "owner",
+    "fwd": "peer",
 }
-DEFAULT_PATHS = list(PATHS)
-SWEEP_PATHS = ["direct", "bridge", "gym07"]
+CLIENT_CORE, SERVER_CORE = 0, 1
+SIZES = {"16B": ("increment_counter", 0), "64KB": ("echo", 65536)}
 
 
 @dataclass
-class RunResult:
-    path: str
+class _Session:
+    conn: Conn
+    seed: int
+    headers: dict[str, str]
+    count: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Run:
     workload: str
-    repeat: int
+    path: str
     sessions: int
+    round: int
     calls: int
-    wall_s: float
     calls_per_s: float
     p50_ms: float
     p99_ms: float
-    bridge_cpu_ms_per_call: float | None
-    upstream_cpu_ms_per_call: float | None
-    client_cpu_ms_per_call: float
-    correct: bool
-    detail: str = ""
-
-
-@dataclass
-class Summary:
-    path: str
-    label: str
-    workload: str
-    calls_per_s: float
-    ratio: float | None
-    ratio_own: float | None
-    p50_ms: float
-    p99_ms: float
-    added_p50_ms: float | None
-    bridge_cpu_ms_per_call: float | None
-    upstream_cpu_ms_per_call: float | None
-    bridge_rss_mb: float | None
-    upstream_rss_mb: float | None
-    repeats: int
-    correct: bool
-    notes: list[str] = field(default_factory=list)
+    cpu_ms_per_call: dict[str, float]  # process -> CPU ms per call in the timed window ("client" too)
+    busy: dict[str, float]  # process -> CPU seconds / wall seconds (1.0 = one core)
+    saturated: list[str]  # "client", "upstream", "core 0" when at or past 90 % of a core
+    loadavg: float
+    counters_exact: int  # sessions whose counter read back exact after the run
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
-        self.args = args
-        self.workdir = workdir
+    """The processes of a run and the sessions of each (path, sessions), kept across rounds."""
+
+    def __init__(self, workdir: Path, log: Any) -> None:
+        self.workdir, self.log = workdir, log
         self.procs: dict[str, Proc] = {}
-        self.skipped: dict[str, str] = {}
-        self.clients: dict[str, PathClient] = {}
-        self.results: list[RunResult] = []
-        self.sweep: list[RunResult] = []
-        self.ready_s: list[float] = []  # bridge (re)starts, spawn to ready
-        self.seed_counter = 1000
-        self.http: aiohttp.ClientSession | None = None
+        self.seeds = itertools.count(1000, 7)
+        self.crews: dict[tuple[str, int], list[_Session]] = {}
+        self.expected: dict[tuple[str, str], bytes] = {}  # (workload, path) -> the first valid answer
 
-    def log(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    # -- setup ---------------------------------------------------------------------------------
-
-    def start(self, wanted: list[str]) -> None:
-        self.log(f"bench: starting the upstream ({procs.SERVER}, nemo-gym 0.4.0) ...")
-        self.procs["upstream"] = upstream = procs.start_upstream(self.workdir)
-        self.log(f"bench: upstream ready on {upstream.url} after {upstream.extra['boot_s']:.1f}s")
-        if any(p.startswith("bridge") for p in wanted):
-            self.procs["bridge"] = bridge = procs.start_bridge(self.workdir, upstream.url)
-            self.ready_s.append(float(bridge.extra["ready_s"]))  # type: ignore[arg-type]
-            self.log(f"bench: bridge ready on {bridge.url} after {bridge.extra['ready_s']:.2f}s")
-        if "bridge-fwd" in wanted:  # a replica that owns none of the sessions: it forwards every call
-            self.procs["bridge-peer"] = peer = procs.start_bridge(
-                self.workdir, upstream.url, name="bridge-peer"
-            )
-            self.log(f"bench: second replica (forwarding to {self.procs['bridge'].url}) ready on {peer.url}")
-        if any(p.startswith("gym07") for p in wanted):
-            reason = procs.ensure_gym07_env(self.workdir / "gym07-env-build.log")
-            if reason is None:
-                try:
-                    self.procs["gym07"] = g = procs.start_gym07(self.workdir)
-                    self.log(f"bench: Gym {g.extra.get('gym_version')} in-process MCP ready on {g.url}")
-                except BenchError as exc:
-                    reason = f"Gym 0.7 server did not start: {exc}"
-            if reason is not None:
-                for name in ("gym07", "gym07-sdk", "gym07-direct"):
-                    self.skipped[name] = reason
-                self.log(f"bench: skipping the Gym 0.7 columns: {reason}")
-        if "fastmcp" in wanted:
-            reason = procs.ensure_fastmcp_env(self.workdir / "fastmcp-env-build.log")
-            if reason is None:
-                try:
-                    self.procs["fastmcp"] = f = procs.start_fastmcp(self.workdir, upstream.url)
-                    self.log(f"bench: FastMCP proxy ready on {f.url}")
-                except BenchError as exc:
-                    reason = f"FastMCP proxy did not start: {exc}"
-            if reason is not None:
-                self.skipped["fastmcp"] = reason
-                self.log(f"bench: skipping the FastMCP column: {reason}")
-
-    def make_clients(self, http: aiohttp.ClientSession, wanted: list[str]) -> None:
-        up = self.procs["upstream"].url
-        factories: dict[str, Callable[[], PathClient]] = {
-            "direct": lambda: DirectClient(http, up),
-            "bridge": lambda: McpRawClient(http, self.procs["bridge"].url, "bridge"),
-            "bridge-2026": lambda: McpRawClient(http, self.procs["bridge"].url, "bridge-2026", modern=True),
-            "bridge-sdk": lambda: McpSdkClient(http, self.procs["bridge"].url, "bridge-sdk"),
-            "bridge-fwd": lambda: McpRawClient(
-                http, self.procs["bridge-peer"].url, "bridge-fwd", seed_url=self.procs["bridge"].url
-            ),
-            "gym07": lambda: McpRawClient(http, self.procs["gym07"].url, "gym07"),
-            "gym07-sdk": lambda: McpSdkClient(http, self.procs["gym07"].url, "gym07-sdk"),
-            "gym07-direct": lambda: DirectClient(http, self.procs["gym07"].url, "gym07-direct"),
-            "fastmcp": lambda: ProxyRawClient(http, self.procs["fastmcp"].url, "fastmcp"),
-        }
-        for name in wanted:
-            if name not in self.skipped:
-                self.clients[name] = factories[name]()
+    def start(self, paths: list[str]) -> None:
+        pin = ["taskset", "-c", str(SERVER_CORE)]
+        self.procs["upstream"] = up = procs.start_bare_upstream(
+            self.workdir, ["taskset", "-c", str(CLIENT_CORE)]
+        )
+        if "nginx" in paths:
+            self.procs["nginx"] = floors.start_nginx(self.workdir, up.url, SERVER_CORE)
+        if "asgi" in paths:
+            self.procs["asgi"] = floors.start_asgi(self.workdir, up.url, pin)
+        for name, wanted in (("owner", {"rest", "mcp", "fwd"}), ("peer", {"fwd"})):
+            if wanted & set(paths):
+                self.procs[name] = procs.start_bridge(
+                    self.workdir, up.url, name, command=[*pin, *procs.BRIDGE]
+                )
+        os.sched_setaffinity(0, {CLIENT_CORE})
+        self.log("calls: " + ", ".join(f"{n} {p.url} (pid {p.pid})" for n, p in self.procs.items()))
 
     def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):
             proc.stop()
 
-    # -- one workload run ------------------------------------------------------------------------
-
-    async def run_once(self, path: str, workload: str, sessions: int, calls: int, repeat: int) -> RunResult:
-        client = self.clients[path]
-        _, bridge_role, upstream_role = PATHS[path]
-        bridges = [self.procs[role] for role in bridge_role.split("+")] if bridge_role else []
-        upstream = self.procs[upstream_role]
-        seeds = []
-        for _ in range(sessions):
-            self.seed_counter += 7
-            seeds.append(self.seed_counter)
-        latencies: list[float] = []
-        finals: dict[int, int] = {}
-        gate = asyncio.Semaphore(16)
-        go, calls_done = asyncio.Event(), asyncio.Event()
-        seeded: list[Any] = []
-        running = [sessions]
-        base = [0]
-        finished_at = [0.0]
-
-        async def session_task(index: int, initial: int) -> None:
-            # One task owns a session from seed to close: the SDK client's cancel scopes require it.
-            async with gate:
-                session = await client.seed(initial)
-            seeded.append(session)
-            try:
-                if len(seeded) == sessions:
-                    if not client.isolated:
-                        base[0] = await client.counter(session)
-                    go.set()
-                    await asyncio.sleep(0)  # let the timer start before this session's first call
-                await go.wait()
-                call, append, clock = client.call, latencies.append, time.perf_counter
-                for _ in range(calls):
-                    t0 = clock()
-                    value = await call(session, "increment_counter", {"count": 1})
-                    append(clock() - t0)
-                    if value != {"success": True}:
-                        raise BenchError(f"{path}: increment_counter answered {value!r}")
-                running[0] -= 1
-                if not running[0]:
-                    finished_at[0] = time.perf_counter()
-                    calls_done.set()
-                await calls_done.wait()
-                if client.isolated or index == 0:
-                    async with gate:
-                        finals[index] = await client.counter(session)
-            finally:
-                await client.close(session)
-
-        tasks = [asyncio.create_task(session_task(i, s)) for i, s in enumerate(seeds)]
-        await wait_or_fail(go, tasks)
-        cpu0 = (sum(b.cpu() for b in bridges), upstream.cpu(), time.process_time())
-        started = time.perf_counter()
-        await wait_or_fail(calls_done, tasks)
-        cpu1 = (sum(b.cpu() for b in bridges), upstream.cpu(), time.process_time())
-        wall = finished_at[0] - started
-        await asyncio.gather(*tasks)
-        total = sessions * calls
-        correct, detail = True, ""
-        if client.isolated:
-            wrong = [(s, finals.get(i)) for i, s in enumerate(seeds) if finals.get(i) != s + calls]
-            if wrong:
-                correct = False
-                detail = f"{len(wrong)} of {sessions} sessions ended wrong, e.g. seed {wrong[0][0]} -> {wrong[0][1]}"
-        else:
-            if finals[0] - base[0] != total:
-                correct = False
-                detail = f"merged counter moved by {finals[0] - base[0]}, expected {total}"
-            else:
-                detail = "one merged Gym session for every caller (no per-rollout isolation)"
-        return RunResult(
-            path=path,
-            workload=workload,
-            repeat=repeat,
-            sessions=sessions,
-            calls=total,
-            wall_s=wall,
-            calls_per_s=total / wall,
-            p50_ms=percentile(latencies, 0.5) * 1e3,
-            p99_ms=percentile(latencies, 0.99) * 1e3,
-            bridge_cpu_ms_per_call=(cpu1[0] - cpu0[0]) / total * 1e3 if bridges else None,
-            upstream_cpu_ms_per_call=(cpu1[1] - cpu0[1]) / total * 1e3,
-            client_cpu_ms_per_call=(cpu1[2] - cpu0[2]) / total * 1e3,
-            correct=correct,
-            detail=detail,
-        )
-
-    async def interleaved(
-        self, paths: list[str], workload: str, sessions: int, calls: int, repeats: int
-    ) -> list[RunResult]:
+    async def crew(self, path: str, sessions: int) -> list[_Session]:
+        """``sessions`` seeded sessions on ``path``, each on its own connection."""
+        if (path, sessions) in self.crews:
+            return self.crews[(path, sessions)]
+        target = self.procs[UNDER_TEST[path]]
+        seeder = target if path in FLOORS else self.procs["owner"]
         out = []
-        for repeat in range(repeats):
-            order = paths[repeat % len(paths) :] + paths[: repeat % len(paths)]  # rotate: no fixed position
-            for path in order:
-                result = await self.run_once(path, workload, sessions, calls, repeat)
-                out.append(result)
-                self.log(
-                    f"bench: {workload:>10} r{repeat + 1} {path:<13} {result.calls_per_s:8.0f} calls/s "
-                    f"p50 {result.p50_ms:6.2f} ms p99 {result.p99_ms:6.2f} ms"
-                    + ("" if result.correct else f"  WRONG: {result.detail}")
-                )
+        for _ in range(sessions):
+            seed = next(self.seeds)
+            conn = await client.connect(seeder.url)
+            host = {"host": seeder.url.removeprefix("http://")}
+            status, raw, cookies = await conn.call(
+                client.request("/seed_session", client.seed_body(seed), host)
+            )
+            if status != 200:
+                raise BenchError(f"{path}: seed answered {status}: {raw[:200]!r}")
+            if path in FLOORS:
+                headers = {**host, "cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
+            else:
+                headers = {"host": target.url.removeprefix("http://")}
+                headers[TOKEN_HEADER] = orjson.loads(raw)["mcp"]["headers"][TOKEN_HEADER]
+                if path != "rest":
+                    headers["accept"] = client.MCP_ACCEPT
+                if target is not seeder:
+                    conn.transport.close()
+                    conn = await client.connect(target.url)
+            out.append(_Session(conn, seed, headers))
+        self.crews[(path, sessions)] = out
         return out
 
-    async def warm_up(self, paths: list[str]) -> None:
-        for path in paths:
-            await self.run_once(path, "warmup", 4, max(10, self.args.warmup // 4), 0)
+    @staticmethod
+    def _call(path: str, session: _Session, tool: str, arguments: dict[str, Any]) -> bytes:
+        if path in MCP_PATHS:
+            return client.request("/mcp", client.tools_call(tool, arguments), session.headers)
+        return client.request(f"/{tool}", orjson.dumps(arguments), session.headers)
 
-    # -- summary ---------------------------------------------------------------------------------
+    @staticmethod
+    def _value(path: str, status: int, raw: bytes) -> Any:
+        if path in MCP_PATHS:
+            return client.decode_rpc(path, status, raw)
+        if status != 200:
+            raise BenchError(f"{path}: HTTP {status}: {raw[:300]!r}")
+        return orjson.loads(raw)
 
-    def summarize(self, results: list[RunResult], workload: str) -> list[Summary]:
-        by_path: dict[str, list[RunResult]] = {}
-        for r in results:
-            if r.workload == workload:
-                by_path.setdefault(r.path, []).append(r)
-        direct = {r.repeat: r for r in by_path.get("direct", [])}
-        own = {r.repeat: r for r in by_path.get("gym07-direct", [])}
-        direct_p50 = statistics.median(r.p50_ms for r in direct.values()) if direct else None
-        out = []
-        for path, runs in by_path.items():
-            label, bridge_role, upstream_role = PATHS[path]
-            ratios = [r.calls_per_s / direct[r.repeat].calls_per_s for r in runs if r.repeat in direct]
-            own_ratios = [r.calls_per_s / own[r.repeat].calls_per_s for r in runs if r.repeat in own]
-            bridge = self.procs.get(bridge_role.split("+")[0]) if bridge_role else None
-            p50 = statistics.median(r.p50_ms for r in runs)
-            out.append(
-                Summary(
-                    path=path,
-                    label=label,
-                    workload=workload,
-                    calls_per_s=statistics.median(r.calls_per_s for r in runs),
-                    ratio=statistics.median(ratios) if ratios else None,
-                    ratio_own=statistics.median(own_ratios)
-                    if own_ratios and path.startswith("gym07")
-                    else None,
-                    p50_ms=p50,
-                    p99_ms=statistics.median(r.p99_ms for r in runs),
-                    added_p50_ms=p50 - direct_p50 if direct_p50 is not None and path != "direct" else None,
-                    bridge_cpu_ms_per_call=median_or_none([r.bridge_cpu_ms_per_call for r in runs]),
-                    upstream_cpu_ms_per_call=median_or_none([r.upstream_cpu_ms_per_call for r in runs]),
-                    bridge_rss_mb=bridge.memory()["rss_kb"] / 1024 if bridge else None,
-                    upstream_rss_mb=self.procs[upstream_role].memory()["rss_kb"] / 1024,
-                    repeats=len(runs),
-                    correct=all(r.correct for r in runs),
-                    notes=sorted({r.detail for r in runs if r.detail}),
+    async def run(self, workload: str, path: str, sessions: int, calls: int, round_: int) -> Run:
+        crew = await self.crew(path, sessions)
+        tool, size = SIZES[workload]
+        arguments: dict[str, Any] = {"count": 1} if tool == "increment_counter" else {"data": "x" * size}
+        want = {"success": True} if tool == "increment_counter" else arguments
+        key, go, clock = (workload, path), asyncio.Event(), time.perf_counter
+
+        async def one(session: _Session, request: bytes) -> None:
+            await go.wait()
+            call, append, expected = session.conn.call, session.latencies.append, self.expected.get(key)
+            for _ in range(calls):
+                t0 = clock()
+                status, raw, _ = await call(request)
+                append(clock() - t0)
+                if raw != expected:  # the first answer, or one unlike it: parse and check it
+                    if self._value(path, status, raw) != want:
+                        raise BenchError(f"{path} {tool}: answered {raw[:200]!r}")
+                    expected = self.expected.setdefault(key, raw)
+            if tool == "increment_counter":
+                session.count += calls
+
+        for session in crew:  # a server may close a connection idle between rounds
+            session.latencies = []
+            if session.conn.closed:
+                session.conn = await client.connect(self.procs[UNDER_TEST[path]].url)
+        tasks = [asyncio.create_task(one(s, self._call(path, s, tool, arguments))) for s in crew]
+        await asyncio.sleep(0)
+        cpu0 = {name: p.cpu() for name, p in self.procs.items()}
+        client0, started = time.process_time(), clock()
+        go.set()
+        try:
+            await asyncio.gather(*tasks)
+        except BenchError as exc:
+            tail = self.procs[UNDER_TEST[path]].log_tail(5)
+            raise BenchError(f"{path}, {sessions} sessions, round {round_}: {exc}\n{tail}") from exc
+        wall, client1 = clock() - started, time.process_time()
+        used = {name: p.cpu() - cpu0[name] for name, p in self.procs.items()}
+        used["client"] = client1 - client0
+        for session in crew:  # read back through the same path: the counter must be exact
+            status, raw, _ = await session.conn.call(self._call(path, session, "get_counter_value", {}))
+            value = self._value(path, status, raw)
+            if value != {"count": session.seed + session.count}:
+                raise BenchError(
+                    f"{path}: session seeded {session.seed} read {value!r} after {session.count} calls"
                 )
-            )
-        order = list(PATHS)
-        return sorted(out, key=lambda s: order.index(s.path))
+        total = sessions * calls
+        busy = {name: seconds / wall for name, seconds in used.items()}
+        saturated = [n for n in ("client", "upstream") if busy[n] >= 0.9]
+        if busy["client"] + busy["upstream"] >= 0.9:
+            saturated.append("core 0")
+        latencies = sorted(x for s in crew for x in s.latencies)
+        return Run(
+            workload=workload, path=path, sessions=sessions, round=round_, calls=total,
+            calls_per_s=total / wall,
+            p50_ms=latencies[len(latencies) // 2] * 1e3,
+            p99_ms=latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))] * 1e3,
+            cpu_ms_per_call={n: s / total * 1e3 for n, s in used.items() if s > 0 or n in ("client", "upstream")},
+            busy=busy, saturated=saturated, loadavg=os.getloadavg()[0], counters_exact=len(crew),
+        )  # fmt: skip
 
 
-async def wait_or_fail(event: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
-    """Wait for ``event``; if a task fails first, cancel the rest and raise its error."""
-    waiter = asyncio.ensure_future(event.wait())
-    pending: set[asyncio.Future[Any]] = {waiter, *tasks}
-    while not event.is_set():
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not waiter and task.exception() is not None:
-                waiter.cancel()
-                for other in tasks:
-                    other.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise task.exception()  # type: ignore[misc]
-    waiter.cancel()
+def round_order(paths: list[str], r: int) -> list[str]:
+    """The paths of round ``r``, rotated by one each round so load from other jobs hits all alike."""
+    return paths[r % len(paths) :] + paths[: r % len(paths)]
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
+async def measure(args: argparse.Namespace, paths: list[str], log: Any) -> tuple[list[Run], str]:
+    """Every (workload, sessions) of ``args``: one discarded warm-up run per path, then the rounds."""
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    plan = [("16B", n, args.calls) for n in levels]
+    plan += [("64KB", n, args.size_calls) for n in (int(x) for x in args.size_levels.split(",") if x.strip())]
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="gym-mcp-calls-") as tmp:
+        bench = Bench(Path(tmp), log)
+        try:
+            bench.start(paths)
+            for workload, sessions, total in plan:
+                per = max(20, total // sessions)
+                for path in paths:
+                    await bench.run(workload, path, sessions, per // 4 + 1, -1)
+                for r in range(args.rounds):
+                    for path in round_order(paths, r):
+                        run = await bench.run(workload, path, sessions, per, r)
+                        runs.append(run)
+                        log(
+                            f"{workload:>4} {sessions:>3} sessions r{r + 1:<2} {path:<6} {run.calls_per_s:7.0f} calls/s "
+                            f"p99 {run.p99_ms:7.2f} ms load {run.loadavg:.1f}"
+                            + (" SATURATED" * bool(run.saturated))
+                        )
+        except BenchError as exc:
+            return runs, str(exc)
+        finally:
+            bench.stop()
+    return runs, ""
 
 
-def median_or_none(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+def parse_args(question: str, argv: list[str], paths: list[str], doc: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"make bench ARGS='{question}'", description=doc.split("\n\n")[0])
+    p.add_argument("--paths", default=",".join(paths), help=f"comma list of {', '.join(paths)}")
+    p.add_argument("--levels", default="1,16,64,256", help="concurrent sessions, 16-byte workload")
+    p.add_argument("--size-levels", default="1,16", help="concurrent sessions, 64 KiB workload; '' to skip")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument(
+        "--calls", type=int, default=2000, help="calls per run, 16 B (split over sessions, >= 20 each)"
+    )
+    p.add_argument("--size-calls", type=int, default=400, help="calls per run, 64 KiB workload")
+    p.add_argument("--quick", action="store_true", help="2 rounds, 1 and 16 sessions, 64 KiB at 1; no JSON")
+    p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / f"{question}.json")
+    p.add_argument("--plot", type=Path, default=None, help="write the plot there (PNG)")
+    p.add_argument("--from-json", type=Path, help="render a saved run's table and plot; run nothing")
+    args = p.parse_args(argv)
+    if args.quick:  # a look, not a result: no JSON unless asked for
+        args.rounds, args.levels, args.size_levels, args.calls, args.size_calls = 2, "1,16", "1", 400, 40
+        args.json = args.json if "--json" in argv else None
+    return args
+
+
+def main(argv: list[str], question: str = "calls", paths: list[str] = PATHS, doc: str = __doc__ or "") -> int:
+    args = parse_args(question, argv, paths, doc)
+    if args.from_json:
+        saved = report.load(args.from_json)
+        saved["summary"] = report.summarize_calls(saved["runs"])
+        print(report.render_calls(saved))
+        report.plot_calls(saved["summary"], args.plot)
+        return 0 if saved["correct"] else 1
+    chosen = [p.strip() for p in args.paths.split(",") if p.strip()]
+    if unknown := set(chosen) - set(UNDER_TEST):
+        print(f"unknown paths {sorted(unknown)}; known: {', '.join(UNDER_TEST)}", file=sys.stderr)
+        return 2
+    header = report.header(question, argv)
+    runs, error = asyncio.run(measure(args, chosen, lambda text: print(text, file=sys.stderr, flush=True)))
+    out = {**header, "loadavg_at_end": os.getloadavg(), "correct": not error, "error": error}
+    out["machine"]["nginx"] = floors.nginx_version()
+    out["runs"] = [asdict(r) for r in runs]
+    out["summary"] = report.summarize_calls(out["runs"])
+    print(report.render_calls(out))
+    report.save(out, args.json)
+    report.plot_calls(out["summary"], args.plot)
+    return 0 if not error else 1

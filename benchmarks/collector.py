@@ -1,32 +1,23 @@
 """Gym's own collector at scale through the bridge, every reward compared with Gym's own answer.
 
-    python -m benchmarks.collector [--repeats 334] [--parallel N] [--json FILE]
-    make bench ARGS="collector --repeats 334"
+    make bench ARGS="collector [--repeats 334] [--parallel N] [--json FILE]"
 
-Gym's launcher (``gym env start``, nemo-gym 0.7.0, run from the project root as
-``tests/test_gym_launcher.py`` runs it, with ``tests/interop/gym_launcher.py``) starts
-``examples/gym/simple_agent.yaml`` (the bridge, managed, in front of ``example_session_state_mgmt``;
-Gym's ``openai_model``; ``simple_agent`` and its ``legacy_agent`` relay) and, in the same launch,
-the reference: Gym 0.7's in-process MCP exposure of the same environment with
-``simple_agent_in_process`` in front of it. The model is the scripted one of the launcher tests
-(``StubPolicyEndpoint`` behind Gym's ``openai_model``): for each shipped row of the environment its
-solution (reward 1.0), and a control, row 0 under another prompt, one short (0.0).
-
-``ng_collect_rollouts +num_repeats=K`` then runs over those rows twice: through the bridge, then
-through the reference, each with the collector's defaults unless ``--parallel`` is given (no
-``num_samples_in_parallel``: every rollout is dispatched at once, bounded only by Gym's HTTP client).
-As in training, nothing calls ``/close_session``. Every bridged rollout's reward is compared with the
-reference rollout of the same (row, repeat); the bridge's RSS and its ``/metrics`` are read before
-and after the bridged collection.
-
-Figures print and go to JSON (``benchmarks/results/collector.json``). Nothing is asserted about
-time; a mismatch, a missing rollout or a rejection makes the exit status 1.
+Gym's launcher (``gym env start``, nemo-gym 0.7.0, from the project root, as
+``tests/test_gym_launcher.py`` runs it) starts ``examples/gym/simple_agent.yaml`` (the bridge, managed,
+in front of ``example_session_state_mgmt``) and, in the same launch, the reference: Gym 0.7's
+in-process MCP exposure of the same environment. The model is the launcher tests' scripted one: for
+each shipped row its solution (reward 1.0), and a control one call short (0.0).
+``ng_collect_rollouts +num_repeats=K`` runs over those rows through the bridge, then through the
+reference, with the collector's defaults (every rollout dispatched at once) unless ``--parallel``;
+nothing calls ``/close_session``. Each bridged reward is compared with the reference rollout of the
+same (row, repeat); the bridge's RSS and ``/metrics`` are read before and after. A mismatch, a
+missing rollout or a rejection makes the exit status 1; no time is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import functools
 import json
 import os
 import re
@@ -38,12 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from benchmarks import procs
+from benchmarks import report as report_mod
 from benchmarks.procs import BenchError, free_port, memory_kb
-from benchmarks.report import machine
 from tests.fixtures.helpers import LISTEN, children_of, tcp_connections
 from tests.interop.gym_launcher import (
     Case,
@@ -54,6 +44,7 @@ from tests.interop.gym_launcher import (
     shipped_rows,
 )
 from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
+from tools import gym_env
 
 ENV = "example_session_state_mgmt"
 AGENT = "simple_agent"
@@ -62,11 +53,20 @@ IN_PROCESS = "gym_in_process"
 EXAMPLE = procs.ROOT / "examples" / "gym" / "simple_agent.yaml"
 # the collector's progress line: "Finished N / M rollouts (P%) in H:MM:SS (...)"
 FINISHED = re.compile(r"Finished (\d+) / \d+ rollouts \(\d+%\) in (\d+):(\d+):(\d+)")
-SAMPLE = re.compile(r"(gym_mcp_bridge_[a-zA-Z_:]+)(\{.*\})? (\S+)")
+PREFIX = "gym_mcp_bridge_"
+TOTALS = (
+    "sessions_active",
+    "sessions_finished",
+    "sessions_created_total",
+    "tool_calls_total",
+    "retries_total",
+    "state_bytes",
+)
+LABELLED = ("sessions_ended_total", "rejections_total", "verify_total")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.collector", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="make bench ARGS='collector'", description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=334, help="num_repeats: rollouts per row (6 rows)")
     p.add_argument(
         "--parallel", type=int, default=None, help="num_samples_in_parallel (default: Gym's, unset)"
@@ -94,41 +94,14 @@ def listener_pid(root: int, port: int, timeout_s: float = 30) -> int:
     raise BenchError(f"no process under {root} listens on {port}")
 
 
-def bridge_metrics(url: str) -> dict[str, float]:
-    """The bridge's own ``/metrics`` samples (``name{labels}`` -> value), histograms left out."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        match = SAMPLE.fullmatch(line)
-        if match and not match[1].endswith(("_bucket", "_count", "_sum", "_created")):
-            samples[match[1].removesuffix("_total") + (match[2] or "")] = float(match[3])
-    return samples
-
-
-def by_name(samples: dict[str, float], name: str) -> dict[str, float]:
-    """The series of one metric, by their label string ('' for none)."""
-    prefix = f"gym_mcp_bridge_{name}"
-    return {
-        key[len(prefix) :]: value
-        for key, value in samples.items()
-        if key == prefix or key.startswith(prefix + "{")
-    }
-
-
-def summary(samples: dict[str, float]) -> dict[str, Any]:
-    """What the report shows of ``/metrics``: session gauges, rejections, calls, verifies."""
-    total = lambda name: sum(by_name(samples, name).values())  # noqa: E731
-    return {
-        "sessions_active": total("sessions_active"),
-        "sessions_finished": total("sessions_finished"),
-        "sessions_created": total("sessions_created"),
-        "sessions_ended": by_name(samples, "sessions_ended"),
-        "rejections": by_name(samples, "rejections"),
-        "tool_calls": total("tool_calls"),
-        "verify": by_name(samples, "verify"),
-        "retries": total("retries"),
-        "state_bytes": total("state_bytes"),
-    }
+def bridge_metrics(url: str) -> dict[str, Any]:
+    """What the report shows of the bridge's ``/metrics``: session gauges, rejections, calls, verifies."""
+    series = report_mod.scrape(url)["series"]
+    out: dict[str, Any] = {}
+    for name in (*TOTALS, *LABELLED):
+        found = report_mod.by_labels(series, PREFIX + name)
+        out[name.removesuffix("_total")] = sum(found.values()) if name in TOTALS else found
+    return out
 
 
 @dataclass
@@ -169,19 +142,47 @@ def reward(rollout: dict[str, Any] | None) -> float | None:
     return None if rollout is None else float(rollout["reward"])
 
 
+def compare(
+    bridged: Collection, reference: Collection | None, plan: list[float], repeats: int
+) -> dict[str, Any]:
+    """Every bridged reward against the reference rollout of the same (row, repeat), and the
+    reference against ``plan`` (each row's planned reward): a missing or different reward is a
+    mismatch."""
+    got = {key: reward(r) for key, r in bridged.rollouts.items()}
+    expected = {key: reward(r) for key, r in reference.rollouts.items()} if reference else {}
+    keys = [(task, repeat) for task in range(len(plan)) for repeat in range(repeats)]
+    mismatches = [
+        {"row": t, "repeat": r, "bridge": got.get((t, r)), "reference": expected.get((t, r))}
+        for t, r in keys
+        if got.get((t, r)) is None or (reference and got.get((t, r)) != expected.get((t, r)))
+    ]
+    calls = [r.get("_bridge", {}).get("recorded_tool_calls") for r in bridged.rollouts.values()]
+    return {
+        "bridged": {
+            **bridged.summary(),
+            "rewards": {str(v): sum(1 for g in got.values() if g == v) for v in (0.0, 1.0)},
+            "recorded_tool_calls_not_2": sum(1 for c in calls if c != 2),
+        },
+        "reference": None
+        if reference is None
+        else {**reference.summary(), "off_plan": sum(1 for k in keys if expected.get(k) != plan[k[0]])},
+        "compared": len(keys) if reference else 0,
+        "mismatches": len(mismatches),
+        "mismatch_rows": mismatches[:50],
+    }
+
+
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    reason = procs.ensure_gym07_env(work / "gym07-build.log")
-    if reason is not None:
+    if reason := gym_env.ensure_gym07_env(work / "gym07-build.log"):
         raise BenchError(reason)
-    gym_python = procs.GYM07_ENV / "bin" / "python"
-    rows = shipped_rows(gym_python, ENV)
-    cases = counter_cases(rows, indices=range(len(rows)))
+    gym_python = gym_env.GYM07_ENV / "bin" / "python"
+    cases = counter_cases(rows := shipped_rows(gym_python, ENV), indices=range(len(rows)))
     reference = work / "reference.yaml"
     reference.write_text(
         yaml.safe_dump(in_process_exposure(ENV, IN_PROCESS, {AGENT: EXAMPLE}), sort_keys=False)
     )
     port = free_port("127.0.0.1")
-    url = f"http://127.0.0.1:{port}"
+    url, say = f"http://127.0.0.1:{port}", functools.partial(print, file=sys.stderr)
     launcher = Launcher(gym_python, "gym env start", work)
     bridge_keys = [
         f"++{BRIDGE}.resources_servers.{BRIDGE}.{key}" for key in ("host=127.0.0.1", f"port={port}")
@@ -199,112 +200,76 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "0.7.0",
             )
             assert launcher.proc is not None
-            print(f"gym env start: all servers ready after {launcher.ready_s:.0f}s", file=sys.stderr)
+            say(f"gym env start: all servers ready after {launcher.ready_s:.0f}s")
             pid = listener_pid(launcher.proc.pid, port)
-            before = {"memory_kb": memory_kb(pid), "metrics": summary(bridge_metrics(url))}
-            print(f"collecting {result['rollouts']} rollouts through the bridge ...", file=sys.stderr)
+            before = {"memory_kb": memory_kb(pid), "metrics": bridge_metrics(url)}
+            say(f"collecting {result['rollouts']} rollouts through the bridge ...")
             bridged = collect(launcher, AGENT, cases, args)
-            after = {"memory_kb": memory_kb(pid), "metrics": summary(bridge_metrics(url))}
-            print(f"  {len(bridged.rollouts)} rollouts in {bridged.wall_s:.0f}s", file=sys.stderr)
-            reference_run = None
-            if not args.no_reference:
-                print(
-                    f"collecting {result['rollouts']} rollouts through Gym's in-process MCP ...",
-                    file=sys.stderr,
-                )
-                reference_run = collect(launcher, f"{AGENT}_in_process", cases, args)
-                print(
-                    f"  {len(reference_run.rollouts)} rollouts in {reference_run.wall_s:.0f}s",
-                    file=sys.stderr,
-                )
-            unknown = list(stub.unknown)
-            model_calls = len(stub.requests)
+            after = {"memory_kb": memory_kb(pid), "metrics": bridge_metrics(url)}
+            say(
+                f"  {len(bridged.rollouts)} rollouts in {bridged.wall_s:.0f}s; then through Gym's in-process MCP"
+            )
+            in_process = None if args.no_reference else collect(launcher, f"{AGENT}_in_process", cases, args)
+            unknown, model_calls = list(stub.unknown), len(stub.requests)
         finally:
             launcher.stop()
-    log = (work / f"{AGENT}-collect.log").read_text(errors="replace")
-    parallel = re.search(r"Querying with (\d+) concurrent requests", log)
-    got = {key: reward(r) for key, r in bridged.rollouts.items()}
-    expected = {key: reward(r) for key, r in reference_run.rollouts.items()} if reference_run else {}
-    keys = [(task, repeat) for task in range(len(cases)) for repeat in range(args.repeats)]
-    planned = {i: 0.0 if case.kind == "control" else 1.0 for i, case in enumerate(cases)}
-    mismatches = [
-        {"row": t, "repeat": r, "bridge": got.get((t, r)), "reference": expected.get((t, r))}
-        for t, r in keys
-        if got.get((t, r)) is None or (reference_run and got.get((t, r)) != expected.get((t, r)))
-    ]
-    calls = [r.get("_bridge", {}).get("recorded_tool_calls") for r in bridged.rollouts.values()]
-    result.update(
-        {
-            "collector_parallelism": int(parallel[1])
-            if parallel
-            else "unbounded (num_samples_in_parallel unset)",
-            "ready_s": launcher.ready_s,
-            "bridged": {
-                **bridged.summary(),
-                "rewards": {str(v): sum(1 for g in got.values() if g == v) for v in (0.0, 1.0)},
-                "recorded_tool_calls_not_2": sum(1 for c in calls if c != 2),
-            },
-            "reference": None
-            if reference_run is None
-            else {
-                **reference_run.summary(),
-                "off_plan": sum(1 for k in keys if expected.get(k) != planned[k[0]]),
-            },
-            "compared": len(keys) if reference_run else 0,
-            "mismatches": len(mismatches),
-            "mismatch_rows": mismatches[:50],
-            "bridge_before": before,
-            "bridge_after": after,
-            "model_calls": model_calls,
-            "model_requests_unmatched": len(unknown),
-        }
+    parallel = re.search(
+        r"Querying with (\d+) concurrent requests",
+        (work / f"{AGENT}-collect.log").read_text(errors="replace"),
     )
-    return result
+    plan = [0.0 if case.kind == "control" else 1.0 for case in cases]
+    return {
+        **result,
+        "collector_parallelism": int(parallel[1])
+        if parallel
+        else "unbounded (num_samples_in_parallel unset)",
+        "ready_s": launcher.ready_s,
+        **compare(bridged, in_process, plan, args.repeats),
+        "bridge_before": before,
+        "bridge_after": after,
+        "model_calls": model_calls,
+        "model_requests_unmatched": len(unknown),
+    }
 
 
 def rates(run: dict[str, Any]) -> str:
-    text = (
-        f"{run['collected']} rollouts, command {run['wall_s']:.1f}s = {run['rollouts_per_s']:.1f} rollouts/s"
-    )
-    if run["collecting_s"]:
-        text += f"; collecting alone {run['collecting_s']:.0f}s = {run['collecting_rollouts_per_s']:.1f} rollouts/s"
-    return text
+    text = f"{run['collected']} rollouts, command {run['wall_s']:.1f}s = {run['rollouts_per_s']:.1f}/s"
+    alone = f"; collecting alone {run['collecting_s']:.0f}s = {run['collecting_rollouts_per_s']:.1f}/s"
+    return text + alone if run["collecting_s"] else text
 
 
 def report(result: dict[str, Any]) -> str:
-    b, ref = result["bridged"], result["reference"]
-    before, after = result["bridge_before"], result["bridge_after"]
-    mb = lambda side: side["memory_kb"]["rss_kb"] / 1024  # noqa: E731
-    lines = [
-        f"gym-mcp-bridge, Gym's own collector at scale: {result['when_utc'][:16]} UTC, {result['machine']['cpu']} "
-        f"x{result['machine']['cores']}, load avg at start {result['machine']['loadavg_at_start'][0]:.2f}, "
-        f"at end {result['loadavg_at_end'][0]:.2f}",
-        f"rows {result['rows']} x num_repeats {result['repeats']} = {result['rollouts']} rollouts; "
-        f"collector parallelism: {result['collector_parallelism']}; launcher ready after {result['ready_s']:.0f}s",
-        f"through the bridge: {rates(b)}; rewards {b['rewards']}; "
-        f"rollouts whose recorded tool calls != 2: {b['recorded_tool_calls_not_2']}",
-    ]
-    if ref is not None:
-        lines.append(
-            f"through Gym's in-process MCP (the reference): {rates(ref)}; off the plan: {ref['off_plan']}"
-        )
-    lines.append(f"rewards compared row by row: {result['compared']}, mismatches: {result['mismatches']}")
-    lines += [f"  mismatch: {m}" for m in result["mismatch_rows"]]
-    lines += [
-        f"bridge RSS: {mb(before):.1f} MB before, {mb(after):.1f} MB after "
-        f"(peak {after['memory_kb']['hwm_kb'] / 1024:.1f} MB)",
-        f"bridge /metrics before: {json.dumps(before['metrics'])}",
-        f"bridge /metrics after:  {json.dumps(after['metrics'])}",
-        f"model calls answered by the scripted model: {result['model_calls']}, "
-        f"unmatched: {result['model_requests_unmatched']}",
-    ]
-    return "\n".join(lines)
+    b, ref, before, after = (
+        result["bridged"],
+        result["reference"],
+        result["bridge_before"],
+        result["bridge_after"],
+    )
+    return "\n".join(
+        [
+            report_mod.title(result),
+            f"rows {result['rows']} x num_repeats {result['repeats']} = {result['rollouts']} rollouts; collector "
+            f"parallelism: {result['collector_parallelism']}; launcher ready after {result['ready_s']:.0f}s",
+            f"through the bridge: {rates(b)}; rewards {b['rewards']}; recorded tool calls != 2: "
+            f"{b['recorded_tool_calls_not_2']}",
+            *(
+                [f"through Gym's in-process MCP: {rates(ref)}; off the plan: {ref['off_plan']}"]
+                if ref
+                else []
+            ),
+            f"rewards compared row by row: {result['compared']}, mismatches: {result['mismatches']}",
+            *(f"  mismatch: {m}" for m in result["mismatch_rows"]),
+            f"bridge RSS: {before['memory_kb']['rss_kb'] / 1024:.1f} MB before, {after['memory_kb']['rss_kb'] / 1024:.1f}"
+            f" MB after (peak {after['memory_kb']['hwm_kb'] / 1024:.1f} MB)",
+            f"bridge /metrics before: {json.dumps(before['metrics'])}\nbridge /metrics after:  {json.dumps(after['metrics'])}",
+            f"model calls: {result['model_calls']}, unmatched: {result['model_requests_unmatched']}",
+        ]
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    when = dt.datetime.now(dt.UTC)
-    info = machine()
+    head = report_mod.header("collector", argv)
     try:
         if args.work is not None:
             args.work.mkdir(parents=True, exist_ok=True)
@@ -315,26 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BenchError, AssertionError) as exc:
         print(f"benchmarks.collector: {exc}", file=sys.stderr)
         return 1
-    result = {
-        "when_utc": when.isoformat(),
-        "command": "python -m benchmarks.collector " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": info,
-        "loadavg_at_end": os.getloadavg(),
-        **result,
-    }
+    result = {**head, "loadavg_at_end": os.getloadavg(), **result}
     print(report(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"json: {args.json}")
-    after = result["bridge_after"]["metrics"]
-    ok = (
-        result["mismatches"] == 0
-        and result["bridged"]["collected"] == result["rollouts"]
-        and not any(after["rejections"].values())
+    report_mod.save(result, args.json)
+    rejected = any(result["bridge_after"]["metrics"]["rejections"].values())
+    return (
+        0
+        if result["mismatches"] == 0 and result["bridged"]["collected"] == result["rollouts"] and not rejected
+        else 1
     )
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

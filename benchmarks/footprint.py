@@ -1,32 +1,20 @@
-"""The bridge's footprint outside its calls: restart to ready against a warm upstream, and the memory
-an idle session holds.
+"""Start-up and footprint: restart to ready against a warm upstream, and the memory idle sessions hold.
 
-    python -m benchmarks.footprint [--restarts 7] [--sessions 10000] [--json FILE]
-    make bench ARGS="footprint"
+    make bench ARGS="footprint [--restarts 7] [--sessions 10000] [--json FILE]"
 
-* Restart: the bare upstream (``benchmarks/bare_upstream.py``) is up; ``gym-mcp-bridge serve``
-  (external mode) is spawned ``--restarts`` times and timed from spawn to the first 200 from
-  ``/readyz`` (polled every 5 ms) and to its first answer: a session seeded and one MCP
-  ``tools/call`` answered. Each round also times its floors: the interpreter alone, a Python
-  process that only imports the MCP SDK's server (``SDK_SERVER``: what any MCP server on the
-  official Python SDK loads before it can answer), each from spawn to the end of its code, and nginx
-  restarted in front of the same upstream (spawn to its first proxied 200, same poll). The report
-  gives the bridge's ready over the SDK's floor, per round. Beside it, what the imports cost:
-  ``python -X importtime`` over the modules ``serve`` loads, split into the MCP SDK (``mcp``,
-  ``mcp_types``) and everything else.
-* Idle sessions: a fresh bridge, its RSS before and after ``--sessions`` open sessions (the default
-  is ``max_sessions``, 10,000) that then sit idle; a sample of them is read back and must be exact
-  (``benchmarks.lifecycle.idle_sessions``).
-
-Nothing here asserts a time; the figures go to the JSON and docs/performance.md.
+* Restart: with the bare upstream up, ``gym-mcp-bridge serve`` is spawned ``--restarts`` times and
+  timed to the first 200 from ``/readyz`` (polled every 5 ms) and to a first answered MCP
+  ``tools/call``. Each round also times the floors: the interpreter alone, a process that only
+  imports the MCP SDK's server (``SDK_SERVER``), and nginx restarted in front of the same upstream.
+  Beside it, ``python -X importtime`` over what ``serve`` imports, the MCP SDK apart.
+* Idle sessions: a fresh bridge's RSS before and after ``--sessions`` sessions (default
+  ``max_sessions``, 10,000) that then sit idle; a sample is read back and must be exact.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import datetime as dt
-import json
+import http.cookiejar as http_cookiejar
 import os
 import statistics
 import subprocess
@@ -36,14 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
 
-from benchmarks import lifecycle, nginx, procs
-from benchmarks.clients import TOKEN_HEADER
+from benchmarks import client, floors, procs, report
+from benchmarks.client import MCP_ACCEPT, TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
 
-WARM_SESSIONS = 50  # lifecycle.idle_sessions seeds these (and calls ten) before it measures
+WARM_SESSIONS = 50  # seeded (and ten of them called) before the idle sessions are measured
 SDK_PACKAGES = ("mcp", "mcp_types")
 ROUND_KEYS = ("ready_s", "first_answer_s", "interpreter_s", "sdk_server_import_s", "nginx_ready_s")
 # What /mcp is served with, imported at its fastest (the cycle collector paused, as ``serve`` does),
@@ -73,18 +60,35 @@ def imports() -> dict[str, float]:
     return {"all_ms": total, "mcp_sdk_ms": sdk, "rest_ms": total - sdk}
 
 
+def no_cookies() -> httpx.Client:
+    """A client that keeps no cookie: a seed carrying the last session's cookie would reach the same
+    upstream session (the bridge hands the caller's cookies to the upstream, as Gym's contract has it)."""
+    http = httpx.Client(timeout=30)
+    http.cookies.jar.set_policy(http_cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return http
+
+
+def seed(http: httpx.Client, url: str, initial: int) -> str:
+    body = {"responses_create_params": {"input": []}, "initial_count": initial}
+    return str(http.post(f"{url}/seed_session", json=body).json()["mcp"]["headers"][TOKEN_HEADER])
+
+
+def call(http: httpx.Client, url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+    """One MCP ``tools/call``'s structured answer; BenchError on any error."""
+    answer = http.post(
+        f"{url}/mcp",
+        content=client.tools_call(tool, arguments),
+        headers={TOKEN_HEADER: token, "accept": MCP_ACCEPT, "content-type": "application/json"},
+    )
+    return client.decode_rpc(url, answer.status_code, answer.content)
+
+
 def first_answer(bridge: Proc, http: httpx.Client) -> None:
     """Seed a session and call one tool over MCP; BenchError unless the counter answers exact.
     ``http`` is made before the bridge is spawned: creating a client (its TLS context) would
     otherwise be timed as the bridge's."""
-    seeded = http.post(
-        f"{bridge.url}/seed_session", json={"responses_create_params": {"input": []}, "initial_count": 7}
-    )
-    token = seeded.json()["mcp"]["headers"][TOKEN_HEADER]
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_counter_value"}}
-    headers = {TOKEN_HEADER: token, "accept": "application/json, text/event-stream"}
-    answer = http.post(f"{bridge.url}/mcp", json=call, headers=headers).json()
-    if answer.get("result", {}).get("structuredContent") != {"count": 7}:
+    answer = call(http, bridge.url, seed(http, bridge.url, 7), "get_counter_value", {})
+    if answer != {"count": 7}:
         raise BenchError(f"first answer after a restart: {answer!r}")
 
 
@@ -97,7 +101,7 @@ def exits(code: str) -> float:
 
 
 def restarts(workdir: Path, upstream: Proc, count: int) -> list[dict[str, float]]:
-    with httpx.Client(timeout=30) as http:
+    with no_cookies() as http:
         return [restart_round(workdir, upstream, http, i) for i in range(count)]
 
 
@@ -116,7 +120,7 @@ def restart_round(workdir: Path, upstream: Proc, http: httpx.Client, i: int) -> 
         bridge.stop()
     sdk_after = exits(SDK_SERVER)
     started = time.monotonic()
-    proxy = nginx.start(workdir, upstream.url, core=None, name=f"nginx-{i}", poll=0.005)
+    proxy = floors.start_nginx(workdir, upstream.url, core=None, name=f"nginx-{i}", poll=0.005)
     nginx_s = time.monotonic() - started
     proxy.stop()
     return {
@@ -128,75 +132,56 @@ def restart_round(workdir: Path, upstream: Proc, http: httpx.Client, i: int) -> 
     }
 
 
-async def idle(workdir: Path, upstream: Proc, sessions: int) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as http:
-        return await lifecycle.idle_sessions(workdir, upstream, http, sessions - WARM_SESSIONS, [])
+def idle(workdir: Path, upstream: Proc, sessions: int) -> dict[str, Any]:
+    """A fresh bridge: RSS after ``WARM_SESSIONS`` sessions (ten of them called) and after ``sessions``
+    in all, which then sit idle; a sample is read back over MCP and must be exact."""
+    bridge = procs.start_bridge(workdir, upstream.url, name="bridge-idle")
+    try:
+        with no_cookies() as http:
+            for token in [seed(http, bridge.url, 1) for _ in range(WARM_SESSIONS)][:10]:
+                call(http, bridge.url, token, "increment_counter", {"count": 1})
+            time.sleep(0.5)
+            before, up_before = bridge.memory()["rss_kb"], upstream.memory()["rss_kb"]
+            count = sessions - WARM_SESSIONS
+            opened = [seed(http, bridge.url, 5) for _ in range(count)]
+            time.sleep(0.5)
+            after = bridge.memory()
+            finals = [
+                call(http, bridge.url, t, "get_counter_value", {}) for t in opened[:: max(1, count // 20)]
+            ]
+        return {
+            "sessions": count,
+            "bridge_rss_before_mb": before / 1024,
+            "bridge_rss_after_mb": after["rss_kb"] / 1024,
+            "bridge_rss_growth_bytes_per_session": (after["rss_kb"] - before) * 1024 / count,
+            "bridge_peak_rss_mb": after["hwm_kb"] / 1024,
+            "upstream_rss_growth_bytes_per_session": (upstream.memory()["rss_kb"] - up_before) * 1024 / count,
+            "correct": all(f == {"count": 5} for f in finals),
+        }
+    finally:
+        bridge.stop()
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    when, load0 = dt.datetime.now(dt.UTC), os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="gym-mcp-footprint-") as tmp:
-        workdir = Path(tmp)
-        upstream = procs.start_bare_upstream(workdir)
-        try:
-            starts = restarts(workdir, upstream, args.restarts)
-            memory = asyncio.run(idle(workdir, upstream, args.sessions))
-        finally:
-            upstream.stop()
-    return {
-        "when_utc": when.isoformat(),
-        "command": "python -m benchmarks.footprint " + " ".join(args.argv),
-        "python": sys.version.split()[0],
-        "loadavg_at_start": load0,
-        "loadavg_at_end": os.getloadavg(),
-        "restarts": starts,
-        "nginx": nginx.version(),
-        **{f"{key}_median": statistics.median(s[key] for s in starts) for key in ROUND_KEYS},
-        "imports": imports(),
-        "idle": memory,
-    }
-
-
-def render(report: dict[str, Any]) -> str:
-    starts, imp, mem = report["restarts"], report["imports"], report["idle"]
-    ready = " ".join(f"{s['ready_s']:.2f}" for s in starts)
-    over = [s["ready_s"] - s["sdk_server_import_s"] for s in starts]
-    ratio = [s["ready_s"] / s["sdk_server_import_s"] for s in starts]
-    return "\n".join(
-        [
-            f"gym-mcp-bridge footprint, {report['when_utc'][:16]} UTC, Python {report['python']}, "
-            f"load avg at start {report['loadavg_at_start'][0]:.2f}",
-            f"restart to ready (warm upstream): median {report['ready_s_median']:.3f} s ({ready}); "
-            f"to the first answered tools/call: median {report['first_answer_s_median']:.3f} s",
-            f"floors, same rounds (median): the interpreter {report['interpreter_s_median']:.3f} s; "
-            f"Python importing the MCP SDK's server, no bridge code, {report['sdk_server_import_s_median']:.3f} s; "
-            f"nginx restarted to its first proxied answer {report['nginx_ready_s_median']:.3f} s; "
-            f"the bridge's ready over the SDK floor, per round: median {statistics.median(over):+.3f} s, "
-            f"ready / floor {statistics.median(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})",
-            f"imports of serve: {imp['all_ms']:.0f} ms, of which the MCP SDK {imp['mcp_sdk_ms']:.0f} ms "
-            f"and everything else {imp['rest_ms']:.0f} ms (python -X importtime, one run)",
-            f"idle sessions: {mem['sessions'] + WARM_SESSIONS} open, bridge RSS {mem['bridge_rss_before_mb']:.1f} -> "
-            f"{mem['bridge_rss_after_mb']:.1f} MB, {mem['bridge_rss_growth_bytes_per_session']:.0f} bytes per session; "
-            f"sampled sessions exact: {mem['correct']}",
-        ]
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="make bench ARGS='footprint'", description=(__doc__ or "").split("\n\n")[0]
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.footprint", description=__doc__.split("\n\n")[0])
     p.add_argument("--restarts", type=int, default=7)
     p.add_argument("--sessions", type=int, default=10000, help="open sessions in all (<= max_sessions)")
     p.add_argument("--json", type=Path, default=procs.ROOT / "benchmarks" / "results" / "footprint.json")
     args = p.parse_args(argv)
-    # the command line as given, for the report (``benchmarks.run footprint`` passes it without that word)
-    args.argv = sys.argv[1:] if argv is None else argv
-    report = run(args)
-    print(render(report))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    print(f"json: {args.json}")
-    return 0 if report["idle"]["correct"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    out = report.header("footprint", argv)
+    with tempfile.TemporaryDirectory(prefix="gym-mcp-footprint-") as tmp:
+        workdir = Path(tmp)
+        upstream = procs.start_bare_upstream(workdir)
+        try:
+            out["restarts"] = starts = restarts(workdir, upstream, args.restarts)
+            out["idle"] = idle(workdir, upstream, args.sessions)
+        finally:
+            upstream.stop()
+    out["loadavg_at_end"], out["nginx"] = os.getloadavg(), floors.nginx_version()
+    out.update({f"{key}_median": statistics.median(s[key] for s in starts) for key in ROUND_KEYS})
+    out["imports"] = imports()
+    print(report.render_footprint(out))
+    report.save(out, args.json)
+    return 0 if out["idle"]["correct"] else 1

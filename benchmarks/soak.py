@@ -1,37 +1,16 @@
-"""A training run through the bridge: rollouts that are never closed, for as long as a run lasts, and
-thousands of them in flight at once.
+"""The training run through the bridge: rollouts never closed, for as long as a run lasts, and
+thousands in flight at once; every reward checked, exit 1 unless every rollout is exact.
 
-    python -m benchmarks.soak soak [--rollouts 1000000] [--minutes 60] [--workers 8] [--json FILE]
-    python -m benchmarks.soak inflight [--levels 256,1024,4096] [--per-worker 2] [--rounds 2] [--json FILE]
-    make bench ARGS="soak ..."        make bench ARGS="inflight ..."
+    make bench ARGS="soak [--rollouts 1000000] [--minutes 60] [--workers 8] [--retry-every N] [--json FILE]"
+    make bench ARGS="inflight [--levels 256,1024,4096] [--per-worker 2] [--rounds 2] [--json FILE]"
 
-A rollout is what a harness that reconnects per call does, on a new TCP connection for every
-request: ``POST /seed_session`` with a counter row (a random ``initial_count``) -> MCP ``initialize``
-on ``/mcp`` (its ``Mcp-Session-Id``, when the bridge sends one, goes back on the later ``/mcp``
-requests) -> two ``tools/call`` ``increment_counter {"count": 1}`` (JSON-RPC ids 1 and 2, the seed's
-token header) -> ``POST /verify`` with the row, a Responses object and ``expected_count`` = initial +
-2. Nothing is closed. Every reward is checked: 1.0 is exact, any other reward is wrong, a 503 or 429
-anywhere is refused, anything else (an HTTP error, a JSON-RPC error, an ``isError`` result, a reset
-connection, no answer within ``--timeout-s``) is an error. The run fails (exit 1) unless every
-rollout is exact. ``--retry-every N``: every Nth rollout sends its first ``tools/call`` twice (the
-same JSON-RPC id and ``Mcp-Session-Id``, on a new connection: a client retrying after a lost
-answer), and its reward must still be 1.0. Figures and printed text: ``benchmarks/soak_report.py``.
-
-* ``soak``: the Gym upstream (nemo-gym 0.4.0 ``example_session_state_mgmt``) and one bridge in
-  external mode on its default settings; ``--workers`` loops until ``--rollouts`` are done or
-  ``--minutes`` have passed. A sample every ``--sample-s``: rollouts/s over the window, the bridge's
-  RSS and descriptors, the upstream's RSS, each process's CPU, the bridge's ``/metrics``. Summary:
-  rollouts/s over the first and last 10 %, RSS from warm-up (100,000 rollouts, or 10 % of a shorter
-  run) to the end, descriptors, CPU per rollout of the bridge, the upstream and this client.
-* ``inflight``: two replicas (one secret, each its own advertise URL) on one shared Gym upstream.
-  Each level runs that many rollouts at once, each request to a replica picked at random (about
-  half forwarded to the owner), then the same through Gym's REST surface alone (seed -> two
-  ``POST /increment_counter`` -> verify, with the upstream's cookie); rounds alternate the order.
-  Per level: rollouts/s, p50/p99 per rollout, CPU per rollout per process, bridge ÷ Gym alone.
-
-The bridges start with a soft ``RLIMIT_NOFILE`` of 1,024 (what a login shell gives); this process
-raises its own to the hard limit. ``GYM_MCP_BRIDGE_*`` variables in the environment reach the bridges
-and are printed as settings that are not the defaults. Nothing here asserts a time.
+A rollout, each request on a new connection: ``/seed_session`` (a random ``initial_count``) -> MCP
+``initialize`` -> two ``tools/call increment_counter`` -> ``/verify`` expecting initial + 2. Reward
+1.0 is exact, another reward wrong, a 503/429 refused, anything else an error. ``--retry-every N``
+sends every Nth rollout's first call twice (a client retrying a lost answer). ``soak``: one bridge
+on its defaults, sampled every ``--sample-s``. ``inflight``: two replicas, each request to one at
+random, against the same rollouts through Gym's REST surface alone. The bridges start with a soft
+``RLIMIT_NOFILE`` of 1,024; ``GYM_MCP_BRIDGE_*`` variables reach them and are reported.
 """
 
 from __future__ import annotations
@@ -39,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
-import json
 import os
 import random
 import resource
@@ -55,12 +32,12 @@ from typing import Any
 
 import numpy as np
 import orjson
+import uvloop
 
-from benchmarks import procs, raw_http, soak_report
-from benchmarks.clients import TOKEN_HEADER, _decode_rpc
+from benchmarks import client, procs, report
+from benchmarks.client import TOKEN_HEADER
 from benchmarks.procs import BenchError, Proc
-from benchmarks.report import machine
-from benchmarks.soak_report import OUTCOMES, scrape, summarize_level, summarize_soak
+from benchmarks.report import OUTCOMES, scrape, summarize_level, summarize_soak
 
 PROTOCOL = "2025-06-18"
 BRIDGE_NOFILE = 1024
@@ -76,13 +53,7 @@ RESPONSE = {
 INITIALIZE = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
     "protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "gym-mcp-bridge-soak", "version": "0"},
 }})  # fmt: skip
-CALLS = [
-    orjson.dumps(
-        {"jsonrpc": "2.0", "id": i, "method": "tools/call",
-         "params": {"name": "increment_counter", "arguments": {"count": 1}}}
-    )
-    for i in (1, 2)
-]  # fmt: skip
+CALLS = [client.tools_call("increment_counter", {"count": 1}, i) for i in (1, 2)]
 # Started as ``python -m bridge`` is, its soft descriptor limit first lowered to a login shell's.
 LIMITED_BRIDGE = [
     sys.executable,
@@ -99,30 +70,16 @@ class Failed(Exception):
         self.kind, self.reason, self.detail = kind, reason, detail
 
 
-class _Conn(raw_http.Conn):
-    """``raw_http.Conn`` that also keeps the answer's ``Mcp-Session-Id``."""
-
-    mcp_session: str | None = None
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
-        if name.lower() == b"mcp-session-id":
-            self.mcp_session = value.decode()
+Target = tuple[str, int]  # host, port
 
 
-@dataclass
-class Target:
-    host: str
-    port: int
-
-    @classmethod
-    def of(cls, proc: Proc) -> Target:
-        host, port = proc.url.removeprefix("http://").rsplit(":", 1)
-        return cls(host, int(port))
+def target(proc: Proc) -> Target:
+    host, port = proc.url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
 
 
 async def exchange(
-    target: Target, path: str, body: bytes, headers: dict[str, str], step: str, timeout_s: float = 60.0
+    to: Target, path: str, body: bytes, headers: dict[str, str], step: str, timeout_s: float = 60.0
 ) -> tuple[bytes, list[bytes], str | None]:
     """One request on a new connection, closed after its answer: its body, its ``Set-Cookie`` values
     and its ``Mcp-Session-Id``. Failed unless the answer is 200 within ``timeout_s``."""
@@ -130,9 +87,9 @@ async def exchange(
     try:
         async with asyncio.timeout(timeout_s):
             loop = asyncio.get_running_loop()
-            transport, conn = await loop.create_connection(_Conn, target.host, target.port)
-            head = {"host": f"{target.host}:{target.port}", **headers}
-            status, raw, cookies = await conn.call(raw_http.request(path, body, head))
+            transport, conn = await loop.create_connection(client.Conn, *to)
+            head = {"host": f"{to[0]}:{to[1]}", **headers}
+            status, raw, cookies = await conn.call(client.request(path, body, head))
     except TimeoutError:
         raise Failed("error", f"{step} timed out", f"no answer within {timeout_s:g} s") from None
     finally:
@@ -188,10 +145,8 @@ class Rollouts:
             "examples": self.examples,
         }
 
-    async def _post(
-        self, target: Target, path: str, body: bytes, headers: dict[str, str], step: str
-    ) -> tuple[bytes, list[bytes], str | None]:
-        return await exchange(target, path, body, headers, step, self.timeout_s)
+    async def _post(self, to: Target, path: str, body: bytes, headers: dict[str, str], step: str) -> Any:
+        return await exchange(to, path, body, headers, step, self.timeout_s)
 
     def _note(self, reason: str, detail: str) -> None:
         self.reasons[reason] += 1
@@ -226,7 +181,7 @@ class Rollouts:
         for i, call in [(1, CALLS[0]), (1, CALLS[0]), (2, CALLS[1])] if retry else enumerate(CALLS, 1):
             raw, _, _ = await self._post(self.pick(), "/mcp", call, mcp, f"tools/call {i}")
             try:
-                result = _decode_rpc("bridge", 200, raw, "application/json")
+                result = client.decode_rpc("bridge", 200, raw)
             except BenchError as exc:
                 raise Failed("error", f"tools/call {i} failed", str(exc)[:300]) from exc
             if result != {"success": True}:
@@ -236,16 +191,14 @@ class Rollouts:
 
     async def _gym(self) -> None:
         initial, seed = self._seed()
-        target = self.targets[0]
-        _, cookies, _ = await self._post(target, "/seed_session", seed, {}, "seed")
+        to = self.targets[0]
+        _, cookies, _ = await self._post(to, "/seed_session", seed, {}, "seed")
         cookie = {"cookie": "; ".join(c.decode().split(";", 1)[0] for c in cookies)}
         for i in (1, 2):
-            raw, _, _ = await self._post(
-                target, "/increment_counter", b'{"count":1}', cookie, f"increment {i}"
-            )
+            raw, _, _ = await self._post(to, "/increment_counter", b'{"count":1}', cookie, f"increment {i}")
             if orjson.loads(raw) != {"success": True}:
                 raise Failed("error", f"increment {i} answered", raw[:300].decode(errors="replace"))
-        raw, _, _ = await self._post(target, "/verify", self._verify_body(initial), cookie, "verify")
+        raw, _, _ = await self._post(to, "/verify", self._verify_body(initial), cookie, "verify")
         self._reward(raw, initial)
 
 
@@ -265,16 +218,13 @@ def start(workdir: Path, replicas: int) -> tuple[Proc, list[Proc]]:
     """The Gym upstream and ``replicas`` bridges on it, each with a soft descriptor limit of 1,024."""
     upstream = procs.start_upstream(workdir)
     bridges: list[Proc] = []
-    saved, procs.BRIDGE = procs.BRIDGE, LIMITED_BRIDGE
     try:
         for i in range(replicas):
-            bridges.append(procs.start_bridge(workdir, upstream.url, name=f"bridge-{i}"))
+            bridges.append(procs.start_bridge(workdir, upstream.url, f"bridge-{i}", command=LIMITED_BRIDGE))
     except BaseException:
         for proc in [*bridges, upstream]:
             proc.stop()
         raise
-    finally:
-        procs.BRIDGE = saved
     return upstream, bridges
 
 
@@ -283,7 +233,7 @@ def start(workdir: Path, replicas: int) -> tuple[Proc, list[Proc]]:
 
 async def soak(args: argparse.Namespace, upstream: Proc, bridge: Proc) -> dict[str, Any]:
     """``--workers`` loops of rollouts until ``--rollouts`` or ``--minutes``, sampled as they run."""
-    rollouts = Rollouts([Target.of(bridge)], timeout_s=args.timeout_s, retry_every=args.retry_every)
+    rollouts = Rollouts([target(bridge)], timeout_s=args.timeout_s, retry_every=args.retry_every)
     me = os.getpid()
     done: list[float] = []
     samples: list[dict[str, Any]] = []
@@ -302,7 +252,7 @@ async def soak(args: argparse.Namespace, upstream: Proc, bridge: Proc) -> dict[s
             "metrics": await asyncio.to_thread(scrape, bridge.url),
         }  # fmt: skip
         samples.append(s)
-        print(soak_report.render_sample(s), flush=True)
+        print(report.render_sample(s), flush=True)
 
     async def worker() -> None:
         while not stop.is_set() and rollouts.started < args.rollouts and time.monotonic() < deadline:
@@ -362,9 +312,9 @@ async def inflight(args: argparse.Namespace, upstream: Proc, bridges: list[Proc]
     """Each level, each round: the bridge and Gym alone, in an order that alternates by round."""
     paths = {
         "bridge": Rollouts(
-            [Target.of(b) for b in bridges], timeout_s=args.timeout_s, retry_every=args.retry_every
+            [target(b) for b in bridges], timeout_s=args.timeout_s, retry_every=args.retry_every
         ),
-        "gym": Rollouts([Target.of(upstream)], gym=True, timeout_s=args.timeout_s),
+        "gym": Rollouts([target(upstream)], gym=True, timeout_s=args.timeout_s),
     }
     me = os.getpid()
     measured: dict[str, Callable[[], float]] = {
@@ -380,7 +330,7 @@ async def inflight(args: argparse.Namespace, upstream: Proc, bridges: list[Proc]
             for name in ("gym", "bridge") if r % 2 == 0 else ("bridge", "gym"):
                 run = {**await level_run(name, level, args.per_worker, paths[name], measured), "round": r}
                 runs.append(run)
-                print(soak_report.render_run(run), flush=True)
+                print(report.render_run(run), flush=True)
     return {
         "levels": [summarize_level(level, [r for r in runs if r["level"] == level]) for level in args.levels],
         "tally": {name: p.tally() for name, p in paths.items()},
@@ -392,7 +342,7 @@ async def inflight(args: argparse.Namespace, upstream: Proc, bridges: list[Proc]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="make bench ARGS=", description=(__doc__ or "").split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("soak", help="one bridge, never-closed rollouts for --rollouts or --minutes")
     s.add_argument("--rollouts", type=int, default=1_000_000)
@@ -418,21 +368,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this client holds thousands of sockets
-    report: dict[str, Any] = {
-        "mode": args.mode, "when_utc": dt.datetime.now(dt.UTC).isoformat(),
-        "command": "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(), "bridge_settings": settings_given(), "bridge_nofile_at_spawn": BRIDGE_NOFILE,
+    out: dict[str, Any] = {
+        **report.header(args.mode, argv[1:]), "mode": args.mode,
+        "bridge_settings": settings_given(), "bridge_nofile_at_spawn": BRIDGE_NOFILE,
     }  # fmt: skip
-    try:
-        import uvloop
-
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     with tempfile.TemporaryDirectory(prefix="gym-mcp-soak-") as tmp, runner:
         try:
             upstream, bridges = start(Path(tmp), 1 if args.mode == "soak" else 2)
@@ -440,27 +384,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"benchmarks.soak: {exc}", file=sys.stderr)
             return 1
         try:
-            report["bridge_nofile_soft"] = resource.prlimit(bridges[0].pid, resource.RLIMIT_NOFILE)[0]
-            report["gym_version"] = upstream.extra.get("gym_version")
+            out["bridge_nofile_soft"] = resource.prlimit(bridges[0].pid, resource.RLIMIT_NOFILE)[0]
+            out["gym_version"] = upstream.extra.get("gym_version")
             if args.mode == "soak":
-                report.update(workers=args.workers, summary=runner.run(soak(args, upstream, bridges[0])))
-                tallies = [report["summary"]]
+                out.update(workers=args.workers, summary=runner.run(soak(args, upstream, bridges[0])))
+                tallies = [out["summary"]]
             else:
-                report.update(per_worker=args.per_worker, rounds=args.rounds)
-                report.update(runner.run(inflight(args, upstream, bridges)))
-                tallies = list(report["tally"].values())
+                out.update(per_worker=args.per_worker, rounds=args.rounds)
+                out.update(runner.run(inflight(args, upstream, bridges)))
+                tallies = list(out["tally"].values())
         finally:
             for proc in [*bridges, upstream]:
                 proc.stop()
-    report["loadavg_at_end"] = os.getloadavg()
-    report["exact"] = all(t["outcomes"]["exact"] == sum(t["outcomes"].values()) > 0 for t in tallies)
-    print((soak_report.render_soak if args.mode == "soak" else soak_report.render_inflight)(report))
-    print(f"every reward exact: {report['exact']}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    print(f"json: {args.json}")
-    return 0 if report["exact"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    out["loadavg_at_end"] = os.getloadavg()
+    out["exact"] = all(t["outcomes"]["exact"] == sum(t["outcomes"].values()) > 0 for t in tallies)
+    print((report.render_soak if args.mode == "soak" else report.render_inflight)(out))
+    print(f"every reward exact: {out['exact']}")
+    report.save(out, args.json)
+    return 0 if out["exact"] else 1

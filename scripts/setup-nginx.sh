@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nginx for the capacity benchmark's floor (benchmarks/capacity.py): Debian's package, installed when
+# nginx for the capacity benchmark's floor (benchmarks/floors.py, make bench ARGS=calls): Debian's package, installed when
 # /usr/sbin/nginx is missing. Idempotent. The benchmark runs it itself as a non-daemon child with a
 # generated config in a temporary directory; the package's own service is neither needed nor started.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""A fast subset of the compatibility sweep (``make sweep``, ``benchmarks/sweep.py``), on real Gym envs.
+"""A fast subset of the compatibility sweep (``make sweep``, ``tools/sweep.py``), on real Gym envs.
 
 - ``example_mcp_weather``: an MCP-native upstream (Gym 0.4.0's ``MCPResourcesServer``): tools found
   through its own ``/mcp``, calls forwarded with its own session token, rewards equal native;
@@ -22,11 +22,20 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks import sweep
-from benchmarks.sweep_report import EnvResult
 from bridge.commands import replay
 from bridge.upstream import envs as gym_envs
-from tests.conftest import BOOT, GYM_PYTHON, GYM_SITE, HEADER, ROOT, BridgeProcess, gym_data, mcp_client
+from tests.fixtures.bridges import (
+    BOOT,
+    GYM_PYTHON,
+    GYM_SITE,
+    HEADER,
+    ROOT,
+    BridgeProcess,
+    gym_data,
+    mcp_client,
+)
+from tools import sweep
+from tools.sweep_report import EnvResult
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +171,7 @@ def test_the_published_table_is_its_runs_json_rendered(tmp_path: Path) -> None:
     back byte for byte, date and machine included (they are the run's, kept in the JSON), so the
     table cannot drift from the run it reports nor be edited by hand."""
     out = tmp_path / "compatibility.md"
-    results = ROOT / "benchmarks" / "results" / "sweep.json"
+    results = ROOT / "tools" / "results" / "compatibility.json"
     assert sweep.main(["--render", str(results), "--out", str(out)]) == 0
     assert out.read_text() == (ROOT / "docs" / "compatibility.md").read_text()
 

@@ -12,11 +12,12 @@ import orjson
 import pytest
 
 from benchmarks import run, soak
-from tests.conftest import GYM_PYTHON
+from tests.fixtures.bridges import GYM_PYTHON
 
-pytestmark = pytest.mark.skipif(
-    not GYM_PYTHON.exists(), reason="the Gym environment is missing: run 'make setup'"
-)
+pytestmark = [
+    pytest.mark.soak,
+    pytest.mark.skipif(not GYM_PYTHON.exists(), reason="the Gym environment is missing: run 'make setup'"),
+]
 EXACT = {"exact": 0, "wrong": 0, "refused": 0, "error": 0}
 
 

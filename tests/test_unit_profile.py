@@ -1,4 +1,4 @@
-"""The profile benchmark's reading of ``perf script`` (``benchmarks/profile.py``): each sample charged
+"""The profile benchmark's reading of ``perf script`` (``tools/profile.py``): each sample charged
 to the module of its innermost Python frame, kernel samples counted apart.
 
 The input is real: samples a forwarding and an owner replica gave ``perf`` 6.1.187 on CPython 3.12.1
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.profile import GC, LOOP, Share, breakdown, function, render, samples, where
+from tools.profile import GC, LOOP, Share, breakdown, function, render, samples, where
 
 FIXTURE = Path(__file__).parent / "fixtures" / "perf" / "non-owner.perf-script.txt"
 OWNER = FIXTURE.with_name("owner.perf-script.txt")
@@ -69,7 +69,7 @@ def test_modules_are_named_as_a_reader_finds_them() -> None:
     assert where("py::_Exchange.exchange:/work/main/bridge/upstream/transport.py", RECORDED_ROOT) == (
         "bridge.upstream.transport"
     )
-    assert where("py::_Splice.on_body:/work/main/benchmarks/relay.py", RECORDED_ROOT) == "benchmarks.relay"
+    assert where("py::serve_asgi:/work/main/benchmarks/floors.py", RECORDED_ROOT) == "benchmarks.floors"
 
 
 def test_the_table_gives_each_module_its_share_of_the_cpu_per_call() -> None:

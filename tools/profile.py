@@ -1,10 +1,11 @@
-"""Where one replica's CPU goes per call, down to the kernel: ``perf`` on a capacity workload.
+"""Where one replica's CPU goes per call, down to the kernel: ``perf`` on one path of the per-call
+benchmark. A diagnostic tool, not a benchmark: it answers "where", the benchmarks answer "how much".
 
     make profile ARGS="--path fwd --sessions 1"   # perf, and Python 3.12 in .venv-profile
-    python -m benchmarks.profile --path fwd|mcp|rest|asgi|splice [--work 16B|64KB] [--sessions N] [--calls N]
+    python -m tools.profile --path fwd|mcp|rest|asgi [--work 16B|64KB] [--sessions N] [--calls N]
 
-Starts the processes of one capacity path (``benchmarks/capacity.py``: a bare upstream, the bridge
-replicas, the Python floors), warms the path up, then runs one workload (``--work``: 16-byte calls,
+Starts the processes of one path of ``benchmarks/calls.py`` (a bare upstream, the bridge replicas or
+the ``asgi`` floor), warms the path up, then runs one workload (``--work``: 16-byte calls,
 or 64 KiB arguments and answers) once while ``perf record`` samples the process under test
 (``fwd``: the non-owner) with DWARF call graphs. ``perf`` unwinds
 each stack from the sampled instruction up to the first Python frame it meets (the trampoline has
@@ -21,7 +22,7 @@ Python frames are visible to ``perf`` only from CPython 3.12 on, through its per
 (``PYTHONPERFSUPPORT=1``, set here for every process started). So this runs on a 3.12+ interpreter
 with the project's dependencies, and needs ``perf`` (Debian: ``linux-perf``) and permission to
 profile another process (root, or ``kernel.perf_event_paranoid`` <= 1). The trampoline and the
-sampling slow Python calls, so the absolute figures run higher than ``benchmarks.capacity``'s;
+sampling slow Python calls, so the absolute figures run higher than ``make bench ARGS=calls``'s;
 the shares are what this is for. Nothing here asserts a time.
 """
 
@@ -44,10 +45,10 @@ from pathlib import Path
 import uvloop
 
 from benchmarks import procs
-from benchmarks.capacity import SIZES, Capacity, calls_for, under_test
+from benchmarks.calls import SIZES, UNDER_TEST, Bench
 from benchmarks.procs import BenchError
 
-PATHS = ("fwd", "mcp", "rest", "asgi", "splice")
+PATHS = ("fwd", "mcp", "rest", "asgi")
 LOOP = "event loop (uvloop)"
 GC = "garbage collector"
 # CPython 3.12's cyclic collector (its eval-breaker check and the collection): a sample in it is
@@ -137,14 +138,16 @@ def render(shares: list[Share], cpu_ms_per_call: float, what: str = "module", to
 
 
 async def profile(args: argparse.Namespace, workdir: Path) -> int:
-    bench = Capacity(workdir, lambda text: print(text, file=sys.stderr, flush=True))
+    bench = Bench(workdir, lambda text: print(text, file=sys.stderr, flush=True))
     recorder: subprocess.Popen[bytes] | None = None
     try:
         bench.start([args.path])
-        process = under_test(args.path)
+        process = UNDER_TEST[args.path]
         target = bench.procs[process]
-        calls = calls_for(args.calls, args.sessions)
-        await bench.run(args.work, args.path, args.sessions, calls // 4 + 1, -1)  # warm-up, as capacity's
+        calls = max(20, args.calls // args.sessions)
+        await bench.run(
+            args.work, args.path, args.sessions, calls // 4 + 1, -1
+        )  # warm-up, as the benchmark's
         data = workdir / "perf.data"
         record = ["perf", "record", "-q", "-F", str(args.hz), "--call-graph", "dwarf,32768"]
         recorder = subprocess.Popen(
@@ -179,7 +182,7 @@ async def profile(args: argparse.Namespace, workdir: Path) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.profile", description=__doc__.split("\n")[0])
     p.add_argument("--path", choices=PATHS, default="fwd")
     p.add_argument(
         "--work", choices=tuple(SIZES), default="16B", help="16-byte calls or 64 KiB arguments and answers"
@@ -200,7 +203,7 @@ def main() -> int:
         try:
             return uvloop.run(profile(args, Path(tmp)))
         except BenchError as exc:
-            print(f"benchmarks.profile: FAILED: {exc}", file=sys.stderr)
+            print(f"tools.profile: FAILED: {exc}", file=sys.stderr)
             return 1
 
 

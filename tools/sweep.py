@@ -1,6 +1,6 @@
 """Compatibility sweep: every bundled Gym environment behind the bridge, scored natively and bridged.
 
-``python -m benchmarks.sweep [ENV ...] [--out docs/compatibility.md] [--json FILE]`` (``make sweep``).
+``python -m tools.sweep [ENV ...] [--out docs/compatibility.md] [--json FILE]`` (``make sweep``).
 For each environment of the Gym environment's ``resources_servers`` that ships
 ``data/example.jsonl`` (or the ones named):
 
@@ -17,7 +17,7 @@ For each environment of the Gym environment's ``resources_servers`` that ships
    (``/reset`` + ``/step``, no ``/verify``) is replayed the way Gym's ``gymnasium_agent`` drives it.
 
 The table goes to ``--out`` (Markdown) with the date, machine and command; what each environment's
-result holds and how it reads (the reasons in a user's words, the table) is ``benchmarks/sweep_report.py``.
+result holds and how it reads (the reasons in a user's words, the table) is ``tools/sweep_report.py``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from typing import Any
 
 import httpx
 
-from benchmarks import procs
 from benchmarks.procs import free_port
-from benchmarks.sweep_report import (
+from bridge.commands import replay
+from tools import gym_env
+from tools.sweep_report import (
     EnvResult,
     markdown,
     parity_text,
@@ -48,7 +49,6 @@ from benchmarks.sweep_report import (
     user_reason,
     verify_reason,
 )
-from bridge.commands import replay
 
 ROOT = Path(__file__).resolve().parent.parent
 GYM_PYTHON = ROOT / ".gym-env" / "bin" / "python"
@@ -315,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     args.log_dir.mkdir(parents=True, exist_ok=True)
     envs = args.envs or bundled_envs()
     began = time.monotonic()
-    command = "make sweep" if not args.envs else f"python -m benchmarks.sweep {' '.join(args.envs)}"
-    gym_version = procs.gym_version(GYM_PYTHON)
+    command = "make sweep" if not args.envs else f"python -m tools.sweep {' '.join(args.envs)}"
+    gym_version = gym_env.gym_version(GYM_PYTHON)
     results = []
     for number, env in enumerate(envs, 1):
         result = sweep_one(env, args.log_dir, args.budget_s)
