@@ -2,7 +2,8 @@
 # Makes a local stand-in for docker.io/library/python:3.X-slim in the Docker engine, so the
 # project's real Dockerfile builds unchanged (`--build-arg PYTHON_BASE=python:3.12-slim`, and for a
 # nemo-gym 0.7 upstream `--build-arg GYM_PYTHON_IMAGE=python:3.13-slim`) on machines that reach no
-# container registry (shared/CONTAINERS.md, "Base images without a registry"):
+# container registry: the image is imported from a local rootfs, so nothing is pulled (docs/deployment.md,
+# "How this was tested"):
 #   1. debootstrap --variant=minbase bookworm + the libraries CPython links (cached under
 #      .cache/base-image/rootfs, shared by every version)
 #   2. this machine's CPython 3.X (scripts/find-python.sh 3.X) copied into the rootfs at the same

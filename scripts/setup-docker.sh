@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts a Docker engine with the Compose v2 CLI plugin, for the container tests and
-# for `docker compose up` on this machine (shared/CONTAINERS.md, "A real Docker engine"):
+# for `docker compose up` on a Debian host where nothing starts an engine (docs/deployment.md,
+# "How this was tested"):
 #   1. Debian's docker.io, containerd, runc, iptables (and debootstrap, for scripts/make-base-image.sh)
 #   2. dockerd started in the background by this script (nothing else starts it here), its log in
 #      .cache/docker/dockerd.log (shown when it does not answer), its pid in .cache/docker/dockerd.pid;

@@ -21,7 +21,7 @@ Steps (each a function below, so other code can reuse them):
 
 Only the standard library is used. Python >= 3.11.
 
-    python run_codex.py --bridge-url http://127.0.0.1:8000 --row row.jsonl \\
+    python run_codex.py --bridge-url http://127.0.0.1:8000 --row ../../gym/data/example_session_state_mgmt.jsonl \\
         --model-base-url https://api.openai.com/v1 --model gpt-5.1-codex --api-key-env OPENAI_API_KEY
 
 Prints one JSON object: the seed metadata, the config written, Codex's events, the converted
