@@ -1,4 +1,4 @@
-# gym-mcp-bridge: make setup | run | test | lint | bench | profile | sweep | gym-lock | uv-lock
+# gym-mcp-bridge: make setup | run | test | test-fast | lint | bench | profile | sweep | gym-lock | uv-lock
 # Idempotent: uv is bootstrapped into .cache/ when missing (pinned by hash: scripts/uv-requirements.txt),
 # the bridge environment is .venv (from uv.lock), the Gym environment for the upstream is .gym-env
 # (nemo-gym on Python 3.12, from the hashed lock scripts/gym-env/nemo-gym-$(NEMO_GYM_VERSION).lock.txt).
@@ -11,7 +11,7 @@ BRIDGE_PYTHON ?= $(shell scripts/find-python.sh 3.11 2>/dev/null || scripts/find
 GYM_PYTHON_BASE ?=# empty: setup-gym-env.sh picks 3.12 for nemo-gym <= 0.4, 3.13 for later
 PYTEST_ARGS ?=
 
-.PHONY: setup gym-env gym-lock uv-lock evaluator-env run test lint fmt bench profile sweep clean
+.PHONY: setup gym-env gym-lock uv-lock evaluator-env run test test-fast lint fmt bench profile sweep clean
 
 $(CURDIR)/.cache/uv-venv/bin/uv: scripts/uv-requirements.txt
 	python3 -m venv .cache/uv-venv
@@ -46,36 +46,41 @@ run: setup
 	.venv/bin/gym-mcp-bridge serve $(ARGS)
 
 lint: setup
-	.venv/bin/ruff check bridge tests examples benchmarks
-	.venv/bin/ruff format --check bridge tests examples benchmarks
+	.venv/bin/ruff check bridge tests examples benchmarks tools
+	.venv/bin/ruff format --check bridge tests examples benchmarks tools
 	.venv/bin/mypy
 
 fmt: setup
-	.venv/bin/ruff check --fix bridge tests examples benchmarks
-	.venv/bin/ruff format bridge tests examples benchmarks
+	.venv/bin/ruff check --fix bridge tests examples benchmarks tools
+	.venv/bin/ruff format bridge tests examples benchmarks tools
 
+# Every test (CI: .ci/run); `make test-fast` leaves out the slow roads, each a pytest marker
+# (pyproject.toml, tests/README.md): a few minutes instead of about forty.
+FAST := not docker and not launcher and not npm and not evaluator and not soak
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
 
-# ARGS="capacity ...": the bridge's own capacity against nginx (benchmarks/capacity.py; installs nginx);
-# ARGS="footprint": restart to ready and idle sessions at 10,000 (benchmarks/footprint.py)
-# ARGS="collector --repeats 334": Gym's own launcher and collector, 2,004 rollouts through the bridge (benchmarks/collector.py)
+test-fast: lint
+	.venv/bin/pytest -m "$(FAST)" $(PYTEST_ARGS)
+
+# ARGS="<question> ...": one benchmark per question (benchmarks/run.py; docs/performance.md):
+# calls | forwarding | footprint | soak | inflight | collector; ARGS="--help" lists them
 bench: setup
-	case "$(ARGS)" in capacity*|footprint*) scripts/setup-nginx.sh ;; esac
+	case "$(ARGS)" in calls*|forwarding*|footprint*) scripts/setup-nginx.sh ;; esac
 	.venv/bin/python -m benchmarks.run $(ARGS)
 
 # ARGS="--path fwd --sessions 1": where one replica's CPU goes per call, by module, from perf
-# (benchmarks/profile.py; installs perf; runs on Python 3.12, which perf can see into: .venv-profile)
+# (tools/profile.py; installs perf; runs on Python 3.12, which perf can see into: .venv-profile)
 profile: setup
 	scripts/setup-perf.sh
 	test -x .venv-profile/bin/python || $(UV) venv -q -p "$$(scripts/find-python.sh 3.12)" .venv-profile
 	$(UV) export -q --frozen --no-hashes --no-emit-project -o .venv-profile/requirements.txt
 	$(UV) pip install -q -p .venv-profile/bin/python -r .venv-profile/requirements.txt
-	.venv-profile/bin/python -m benchmarks.profile $(ARGS)
+	.venv-profile/bin/python -m tools.profile $(ARGS)
 
 # Every bundled Gym environment behind the bridge, replayed natively and bridged: docs/compatibility.md
 sweep: setup
-	.venv/bin/python -m benchmarks.sweep --out docs/compatibility.md --json benchmarks/results/sweep.json $(ARGS)
+	.venv/bin/python -m tools.sweep --out docs/compatibility.md --json tools/results/compatibility.json $(ARGS)
 
 clean:
 	rm -rf .venv .venv-profile .gym-env .gym-env-* .cache .pytest_cache .mypy_cache .ruff_cache

@@ -25,7 +25,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
 import pytest
 from agents import Agent, FunctionTool, RunResult, set_tracing_disabled
 from agents.items import ModelResponse
@@ -33,14 +32,14 @@ from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.stubs.common import (
+from tests.fixtures.bridges import HEADER, ROOT, BridgeProcess, gym_data, upstream_url
+from tests.fixtures.harness import (
     Solution,
-    check_names,
     counter_solution,
     ground_truth_solution,
     native_reward,
-    upstream_url,
+    record_names,
+    verify,
 )
 from tests.test_clients_codex import run_codex
 
@@ -186,28 +185,19 @@ def as_response(result: RunResult) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def verify(bridge_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{bridge_url}/verify", json=body, headers={HEADER: token}, timeout=300)
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
+def names_note(include: bool) -> str:
+    return f"mcp_config={{'include_server_in_tool_names': {include}}}; snippet of client-config --client agents-sdk"
 
 
-def record_names(server: str, tools: list[str], model: StubModel, solution: Solution, include: bool) -> None:
-    note = f"mcp_config={{'include_server_in_tool_names': {include}}}; snippet of client-config --client agents-sdk"
-    cases = [
-        {"server": server, "tool": tool, "emitted": name, "namespace": None, "tools": tools, "note": note}
-        for name, (tool, _) in zip(model.emitted, solution, strict=True)
-    ]
-    header = {
-        "version": AGENTS_VERSION,
-        "command": (
-            "tests/test_clients_agents_sdk.py (merged with tests/interop/capture_agents_names.py's "
-            "cases): Runner.run of the client-config agents-sdk snippet with a stub Model; 'emitted' = "
-            "the FunctionTool name the SDK offered and the stub called"
-        ),
-        "source": f"PyPI openai-agents=={AGENTS_VERSION} (pyproject.toml dev group, uv.lock)",
-    }
-    check_names("openai-agents", header, cases)
+NAMES = {  # the header of the names fixture this test writes (``record_names``)
+    "version": AGENTS_VERSION,
+    "command": (
+        "tests/test_clients_agents_sdk.py (merged with tests/interop/capture_agents_names.py's "
+        "cases): Runner.run of the client-config agents-sdk snippet with a stub Model; 'emitted' = "
+        "the FunctionTool name the SDK offered and the stub called"
+    ),
+    "source": f"PyPI openai-agents=={AGENTS_VERSION} (pyproject.toml dev group, uv.lock)",
+}
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -237,7 +227,9 @@ async def test_agents_sdk_counter_rollout_scores_like_native(
     expected = {f"{prefix}{t}": t for t, _ in solution} if include_server else {}
     assert bridged["_bridge"]["normalized"] == expected
     assert bridged["_bridge"]["unresolved"] == []
-    record_names(server, ["increment_counter", "get_counter_value"], model, solution, include_server)
+    tools = ["increment_counter", "get_counter_value"]
+    called = [tool for tool, _ in solution]
+    record_names("openai-agents", NAMES, server, tools, model.emitted, called, names_note(include_server))
 
 
 async def test_agents_sdk_solving_another_row_scores_zero(
@@ -295,4 +287,5 @@ async def test_agents_sdk_workplace_assistant_scores_like_native(
     wrong = verify(workplace_bridge.url, token, {**other, "response": response})
     assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
     tools = [t["name"] for t in row["responses_create_params"]["tools"]]
-    record_names(server, tools, model, solution, include_server)
+    called = [tool for tool, _ in solution]
+    record_names("openai-agents", NAMES, server, tools, model.emitted, called, names_note(include_server))

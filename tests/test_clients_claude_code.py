@@ -24,27 +24,28 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.node import installed_cli
-from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
-from tests.interop.stubs.common import (
+from tests.fixtures.bridges import HEADER, BridgeProcess, gym_data, upstream_url
+from tests.fixtures.harness import (
     Solution,
-    check_names,
+    client_config,
     counter_solution,
     ground_truth_solution,
     native_reward,
-    upstream_url,
+    record_names,
+    verify,
 )
+from tests.interop.node import installed_cli
+from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
 from tests.test_clients_codex import run_codex
+
+pytestmark = pytest.mark.npm
 
 CLAUDE_VERSION = "2.1.332"
 STUB_MODEL = "claude-stub-model"
@@ -55,16 +56,10 @@ def claude() -> Iterator[str]:
     yield installed_cli("claude-code", "claude", f"{CLAUDE_VERSION} (Claude Code)")
 
 
-def client_config(bridge_url: str, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def claude_config(bridge_url: str, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """``gym-mcp-bridge client-config --client claude-code``: the ``claude mcp add`` argv and the
     ``.mcp.json`` it prints (one seeded session, the same token in both)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "client-config", "--client", "claude-code",
-         "--bridge-url", bridge_url, "--row-json", json.dumps(row)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    lines = client_config("claude-code", bridge_url, row).splitlines()
     add = shlex.split(next(line for line in lines if line.startswith("claude mcp add ")))
     start = next(i for i, line in enumerate(lines) if line.startswith("{"))
     return add, json.loads("\n".join(lines[start:]))
@@ -92,7 +87,7 @@ def run_claude(
     via: str = "mcp-add",
 ) -> tuple[StubAnthropicMessages, list[dict[str, Any]], str]:
     """Configure the server as client-config prints it, run ``claude -p``; (stub, events, token)."""
-    add, mcp_json = client_config(bridge_url, row)
+    add, mcp_json = claude_config(bridge_url, row)
     server = add[add.index("http") + 1]
     token = mcp_json["mcpServers"][server]["headers"][HEADER]
     home, work = tmp / "home", tmp / "work"
@@ -137,30 +132,18 @@ def tool_uses(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def verify(bridge_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{bridge_url}/verify", json=body, headers={HEADER: token}, timeout=300)
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def record_names(server: str, tools: list[str], emitted: list[str], called: list[str], note: str) -> None:
-    cases = [
-        {"server": server, "tool": tool, "emitted": name, "namespace": None, "tools": tools, "note": note}
-        for name, tool in zip(emitted, called, strict=True)
-    ]
-    header = {
-        "version": CLAUDE_VERSION,
-        "command": (
-            "tests/test_clients_claude_code.py: HOME=<tmp> ANTHROPIC_BASE_URL=<stub Messages API> "
-            "ENABLE_TOOL_SEARCH=false claude -p <row prompt> --output-format stream-json --verbose "
-            "--allowedTools mcp__<server>, after the `claude mcp add` line of `gym-mcp-bridge "
-            "client-config --client claude-code` (or its .mcp.json with --mcp-config); 'emitted' = the "
-            "tool name Claude Code offered the model (the stub called it), 'tool' = the session tool "
-            "the bridge served for that call (its recorded log scores the same reward)"
-        ),
-        "source": f"npm @anthropic-ai/claude-code@{CLAUDE_VERSION} (tests/interop/claude-code/package-lock.json)",
-    }
-    check_names("claude-code", header, cases)
+NAMES = {  # the header of the names fixture this test writes (``record_names``)
+    "version": CLAUDE_VERSION,
+    "command": (
+        "tests/test_clients_claude_code.py: HOME=<tmp> ANTHROPIC_BASE_URL=<stub Messages API> "
+        "ENABLE_TOOL_SEARCH=false claude -p <row prompt> --output-format stream-json --verbose "
+        "--allowedTools mcp__<server>, after the `claude mcp add` line of `gym-mcp-bridge "
+        "client-config --client claude-code` (or its .mcp.json with --mcp-config); 'emitted' = the "
+        "tool name Claude Code offered the model (the stub called it), 'tool' = the session tool "
+        "the bridge served for that call (its recorded log scores the same reward)"
+    ),
+    "source": f"npm @anthropic-ai/claude-code@{CLAUDE_VERSION} (tests/interop/claude-code/package-lock.json)",
+}
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -197,6 +180,8 @@ def test_claude_code_counter_rollout_scores_like_native(
     assert recorded["_bridge"]["recorded_tool_calls"] == 2
     assert native_reward(upstream_url(counter_bridge.url), row, solution) == 1.0 == converted["reward"]
     record_names(
+        "claude-code",
+        NAMES,
         server,
         ["increment_counter", "get_counter_value"],
         stub.emitted,
@@ -246,6 +231,8 @@ def test_claude_code_workplace_assistant_ground_truth_scores_like_native(
     wrong = verify(workplace_bridge.url, token, {**other, "trajectory": trajectory})
     assert wrong["reward"] == 0.0 == native_reward(upstream_url(workplace_bridge.url), other, solution)
     record_names(
+        "claude-code",
+        NAMES,
         server,
         tools,
         stub.emitted,

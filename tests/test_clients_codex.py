@@ -33,10 +33,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
+from tests.fixtures.bridges import HEADER, ROOT, BridgeProcess, gym_data, upstream_url
+from tests.fixtures.harness import (
+    LocalStub,
+    check_names,
+    counter_solution,
+    ground_truth_solution,
+    native_reward,
+)
 from tests.interop.client_names import FIXTURES
 from tests.interop.node import installed_cli
-from tests.interop.stubs.common import LocalStub, check_names, native_reward, upstream_url
+
+pytestmark = pytest.mark.npm
 
 CODEX_VERSION = "0.171.0"
 EXAMPLE = ROOT / "examples" / "clients" / "codex" / "run_codex.py"
@@ -56,19 +64,6 @@ run_codex = load_example()
 
 
 # -- the stub model provider ----------------------------------------------------------------------
-
-
-def counter_solution(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The calls that take the counter from the row's initial_count to its expected_count."""
-    return [
-        ("increment_counter", {"count": row["expected_count"] - row["initial_count"]}),
-        ("get_counter_value", {}),
-    ]
-
-
-def ground_truth_solution(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """workplace_assistant: the row's ``ground_truth`` function calls, in order."""
-    return [(call["name"], json.loads(call["arguments"])) for call in row["ground_truth"]]
 
 
 class StubResponsesProvider(LocalStub):

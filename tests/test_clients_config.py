@@ -21,7 +21,7 @@ import pytest
 
 from bridge.commands import client_config
 from bridge.commands.cli import main as cli_main
-from tests.conftest import BRIDGE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.bridges import BRIDGE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
 
 pytestmark = pytest.mark.anyio
 

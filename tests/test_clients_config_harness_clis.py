@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row
 from tests.interop.node import ensure_packages
 from tests.test_clients_config import cli
+
+pytestmark = pytest.mark.npm
 
 SERVER = "example_session_state_mgmt"
 BINARIES = {  # package set -> the CLI binary inside it (the platform build, see its package.json)

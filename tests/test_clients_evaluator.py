@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import (
+from tests.fixtures.bridges import (
     GYM_PYTHON,
     HEADER,
     ROOT,
@@ -110,6 +110,7 @@ def with_key(url: str, key: str) -> str:
     return str(httpx.URL(url).copy_with(username="evaluator", password=key))
 
 
+@pytest.mark.evaluator
 def test_native_seed_and_verify_with_the_key_in_the_url_answer_as_gym_alone(
     evaluator_python: Path, gym_alone: Any, log_dir: Path
 ) -> None:
@@ -134,6 +135,7 @@ def test_native_seed_and_verify_with_the_key_in_the_url_answer_as_gym_alone(
         bridge.stop()
 
 
+@pytest.mark.evaluator
 def test_tool_listing_and_cookie_state_through_http_tool_backend_equal_gym_alone(
     evaluator_python: Path, gym_alone: Any, log_dir: Path
 ) -> None:
@@ -163,25 +165,24 @@ def test_tool_listing_and_cookie_state_through_http_tool_backend_equal_gym_alone
         bridge.stop()
 
 
-def test_openapi_document_lists_a_sessions_own_tools_with_their_schemas(log_dir: Path) -> None:
+def test_openapi_document_lists_a_sessions_own_tools_with_their_schemas(
+    counter_bridge: BridgeProcess,
+) -> None:
     """With the session token, the document's tool routes are the session's (a row's own tools,
     schemas as the row declares them), beside Gym's routes; without it, the upstream's."""
-    bridge = BridgeProcess(args=[]).start(log_dir)
-    try:
-        row = tools_row("get_counter_value", "row_only_tool")
-        declared = {t["name"]: t["parameters"] for t in row["responses_create_params"]["tools"]}
-        token = bridge.seed(row)["mcp"]["headers"][HEADER]
-        session = httpx.get(f"{bridge.url}/openapi.json", headers={HEADER: token}, timeout=10).json()
-        gym_routes = {"/seed_session", "/verify", "/aggregate_metrics"}  # nemo-gym 0.4.0's, no /close_session
-        assert set(session["paths"]) == gym_routes | {f"/{n}" for n in declared}
-        made = session["paths"]["/row_only_tool"]["post"]["requestBody"]["content"]["application/json"]
-        assert made["schema"] == declared["row_only_tool"]
-        plain = httpx.get(f"{bridge.url}/openapi.json", timeout=10).json()
-        assert "/row_only_tool" not in plain["paths"] and "/increment_counter" in plain["paths"]
-        forged = httpx.get(f"{bridge.url}/openapi.json", headers={HEADER: "not-a-token"}, timeout=10)
-        assert forged.status_code == 401 and "\n" not in forged.json()["detail"], forged.text
-    finally:
-        bridge.stop()
+    bridge = counter_bridge  # the shared default bridge: the test's session is its own
+    row = tools_row("get_counter_value", "row_only_tool")
+    declared = {t["name"]: t["parameters"] for t in row["responses_create_params"]["tools"]}
+    token = bridge.seed(row)["mcp"]["headers"][HEADER]
+    session = httpx.get(f"{bridge.url}/openapi.json", headers={HEADER: token}, timeout=10).json()
+    gym_routes = {"/seed_session", "/verify", "/aggregate_metrics"}  # nemo-gym 0.4.0's, no /close_session
+    assert set(session["paths"]) == gym_routes | {f"/{n}" for n in declared}
+    made = session["paths"]["/row_only_tool"]["post"]["requestBody"]["content"]["application/json"]
+    assert made["schema"] == declared["row_only_tool"]
+    plain = httpx.get(f"{bridge.url}/openapi.json", timeout=10).json()
+    assert "/row_only_tool" not in plain["paths"] and "/increment_counter" in plain["paths"]
+    forged = httpx.get(f"{bridge.url}/openapi.json", headers={HEADER: "not-a-token"}, timeout=10)
+    assert forged.status_code == 401 and "\n" not in forged.json()["detail"], forged.text
 
 
 def test_health_answers_from_the_bind_and_openapi_waits_for_the_tools(log_dir: Path) -> None:
@@ -210,6 +211,7 @@ def test_health_answers_from_the_bind_and_openapi_waits_for_the_tools(log_dir: P
         bridge.stop()
 
 
+@pytest.mark.evaluator
 def test_managed_by_the_evaluator_gym_agent_rewards_equal_gym_alone(
     evaluator_python: Path, gym_alone: Any, tmp_path: Path
 ) -> None:

@@ -22,27 +22,28 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.node import installed_cli
-from tests.interop.stubs.common import (
+from tests.fixtures.bridges import HEADER, BridgeProcess, gym_data, upstream_url
+from tests.fixtures.harness import (
     Solution,
-    check_names,
+    client_config,
     counter_solution,
     ground_truth_solution,
     native_reward,
-    upstream_url,
+    record_names,
+    verify,
 )
+from tests.interop.node import installed_cli
 from tests.interop.stubs.gemini_stub import StubGeminiApi
 from tests.test_clients_codex import run_codex
+
+pytestmark = pytest.mark.npm
 
 GEMINI_VERSION = "0.56.0"
 MODEL = "gemini-2.5-flash"  # any name: the stub answers for every model
@@ -53,21 +54,11 @@ def gemini() -> Iterator[str]:
     yield installed_cli("gemini", "gemini", GEMINI_VERSION, {"GEMINI_CLI_NO_RELAUNCH": "1"}, last_line=True)
 
 
-def client_config(bridge_url: str, row: dict[str, Any]) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge", "client-config", "--client", "gemini",
-         "--bridge-url", bridge_url, "--row-json", json.dumps(row)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return dict(json.loads(result.stdout))
-
-
 def run_gemini(
     gemini: str, row: dict[str, Any], solution: Solution, bridge_url: str, tmp: Path
 ) -> tuple[StubGeminiApi, list[dict[str, Any]], str, str]:
     """``.gemini/settings.json`` as client-config prints it, then ``gemini -p``."""
-    settings = client_config(bridge_url, row)
+    settings = json.loads(client_config("gemini", bridge_url, row))
     [(server, entry)] = settings["mcpServers"].items()
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True)
@@ -117,29 +108,17 @@ def trajectory(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"format": "openai-chat", "messages": messages, "final_text": "".join(final)}
 
 
-def verify(bridge_url: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{bridge_url}/verify", json=body, headers={HEADER: token}, timeout=300)
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
-
-
-def record_names(server: str, tools: list[str], emitted: list[str], solution: Solution) -> None:
-    cases = [
-        {"server": server, "tool": tool, "emitted": name, "namespace": None, "tools": tools,
-         "note": "gemini -p --output-format stream-json tool_use.tool_name (= the functionDeclaration the stub called)"}
-        for name, (tool, _) in zip(emitted, solution, strict=True)
-    ]  # fmt: skip
-    header = {
-        "version": GEMINI_VERSION,
-        "command": (
-            "tests/test_clients_gemini.py (merged with tests/interop/capture_gemini_names.py's cases): "
-            "HOME=<tmp> GOOGLE_GEMINI_BASE_URL=<stub Gemini API> GEMINI_API_KEY=stub-key "
-            "GEMINI_CLI_TRUST_WORKSPACE=true gemini -p <row prompt> --output-format stream-json, with "
-            ".gemini/settings.json = `gym-mcp-bridge client-config --client gemini`"
-        ),
-        "source": f"npm @google/gemini-cli@{GEMINI_VERSION} (tests/interop/gemini/package-lock.json)",
-    }
-    check_names("gemini-cli", header, cases)
+NOTE = "gemini -p --output-format stream-json tool_use.tool_name (= the functionDeclaration the stub called)"
+NAMES = {  # the header of the names fixture this test writes (``record_names``)
+    "version": GEMINI_VERSION,
+    "command": (
+        "tests/test_clients_gemini.py (merged with tests/interop/capture_gemini_names.py's cases): "
+        "HOME=<tmp> GOOGLE_GEMINI_BASE_URL=<stub Gemini API> GEMINI_API_KEY=stub-key "
+        "GEMINI_CLI_TRUST_WORKSPACE=true gemini -p <row prompt> --output-format stream-json, with "
+        ".gemini/settings.json = `gym-mcp-bridge client-config --client gemini`"
+    ),
+    "source": f"npm @google/gemini-cli@{GEMINI_VERSION} (tests/interop/gemini/package-lock.json)",
+}
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -166,7 +145,10 @@ def test_gemini_counter_rollout_scores_like_native(
     assert converted["reward"] == recorded["reward"] == native == 1.0
     assert converted["_bridge"]["normalized"] == {n: t for n, (t, _) in zip(expected, solution, strict=True)}
     assert converted["_bridge"]["unresolved"] == []
-    record_names(server, ["increment_counter", "get_counter_value"], stub.emitted, solution)
+    called = [tool for tool, _ in solution]
+    record_names(
+        "gemini-cli", NAMES, server, ["increment_counter", "get_counter_value"], stub.emitted, called, NOTE
+    )
 
 
 def test_gemini_solving_another_row_scores_zero(
@@ -208,4 +190,4 @@ def test_gemini_workplace_assistant_scores_like_native(
     wrong = verify(workplace_bridge.url, token, {**other, "trajectory": trajectory(events)})
     assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
     tools = [t["name"] for t in row["responses_create_params"]["tools"]]
-    record_names(server, tools, stub.emitted, solution)
+    record_names("gemini-cli", NAMES, server, tools, stub.emitted, [tool for tool, _ in solution], NOTE)

@@ -1,7 +1,7 @@
 """nemo-gym 0.7.0's own harness agent servers drive rollouts through the bridge, as Gym users run them.
 
 Real parts: the nemo-gym 0.7.0 environment the project builds (``make gym-env NEMO_GYM_VERSION=0.7.0``
-through ``benchmarks.procs.ensure_gym07_env``), the agent servers of its ``responses_api_agents/``
+through ``tools.gym_env.ensure_gym07_env``), the agent servers of its ``responses_api_agents/``
 started from their own shipped configs the way ``gym env start`` starts a server
 (``tests/interop/gym07_agents.py``), the real CLIs they drive (npm, pinned), Gym's head server, and
 each row posted to the agent's ``/run`` as Gym's collection posts it (``run_rows`` says why not
@@ -52,11 +52,11 @@ import httpx
 import pytest
 
 from bridge.scoring.harness import HARNESS_TOOLS
-from tests.conftest import ROOT, BridgeProcess, free_port, gym_data, gym_servers
+from tests.fixtures.bridges import ROOT, BridgeProcess, free_port, gym_data, gym_servers
+from tests.fixtures.harness import LocalStub, Solution, counter_solution
 from tests.interop.capture_cli_tools import BINARIES, NODE22, openclaw_providers, pi_models, provider_config
 from tests.interop.node import ensure_packages, installed_cli
 from tests.interop.stubs.anthropic_stub import StubAnthropicMessages
-from tests.interop.stubs.common import LocalStub, Solution, counter_solution
 from tests.interop.stubs.openai_chat_stub import ChatPlan, StubChatCompletions
 from tests.test_clients_claude_code import CLAUDE_VERSION
 from tests.test_clients_codex import CODEX_VERSION, StubResponsesProvider
@@ -65,7 +65,11 @@ from tests.test_clients_verifiers import tool_calls_by_transport
 ENV = "example_session_state_mgmt"
 SERVERS = ROOT / "tests" / "interop" / "gym07_agents.py"
 WHERE = ("bridge", "inproc")
-pytestmark = pytest.mark.timeout(2700)  # Gym 0.7 servers start slowly on a loaded 2-core machine
+pytestmark = [
+    pytest.mark.launcher,
+    pytest.mark.npm,
+    pytest.mark.timeout(2700),
+]  # Gym 0.7 servers start slowly on a loaded 2-core machine
 KINDS = ("solution", "control")
 
 

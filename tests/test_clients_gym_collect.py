@@ -30,10 +30,20 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import GYM_PYTHON, ROOT, BridgeProcess, free_port, gym_data, gym_servers
+from tests.fixtures.bridges import (
+    GYM_PYTHON,
+    ROOT,
+    BridgeProcess,
+    free_port,
+    gym_data,
+    gym_servers,
+    upstream_url,
+)
+from tests.fixtures.harness import Solution, ground_truth_solution
 from tests.interop.gym_collect_env import ensure_collect_env
-from tests.interop.stubs.common import Solution, ground_truth_solution, upstream_url
 from tests.interop.stubs.gym_model_stub import PLAN_TAG, Plan, StubGymModelServer, first_user_text
+
+pytestmark = pytest.mark.launcher
 
 SERVERS = ROOT / "tests" / "interop" / "gym_collect_servers.py"
 ENVS = ("example_multi_step", "workplace_assistant")

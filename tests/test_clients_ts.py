@@ -16,8 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row
 from tests.interop.node import Installed, ensure_packages
+
+pytestmark = pytest.mark.npm
 
 SDK_VERSION = "1.32.2"
 # The SDK's LATEST_PROTOCOL_VERSION; it offers it in `initialize` and the bridge accepts it.

@@ -43,10 +43,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, ROOT, BridgeProcess, gym_data
-from tests.interop.stubs.common import Solution, counter_solution, ground_truth_solution, upstream_url
+from tests.fixtures.bridges import HEADER, ROOT, BridgeProcess, gym_data, upstream_url
+from tests.fixtures.harness import Solution, counter_solution, ground_truth_solution
 from tests.interop.stubs.openai_chat_stub import StubChatCompletions
 from tests.interop.verifiers_env import ensure_verifiers_env, runner_env
+
+pytestmark = pytest.mark.evaluator
 
 VERIFIERS_VERSION = "0.4.0"
 ROLLOUT = ROOT / "tests" / "interop" / "verifiers_rollout.py"

@@ -20,7 +20,6 @@ issue's wording for the refusals.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -35,7 +34,8 @@ from typing import Any
 
 import httpx
 import pytest
-from container_helpers import (
+
+from tests.fixtures.containers import (
     ROOT,
     SEED_ROW,
     TIMINGS,
@@ -44,8 +44,10 @@ from container_helpers import (
     compose_command,
     free_port,
 )
+from tests.fixtures.harness import LocalStub, StubHandler
+from tests.fixtures.helpers import claims_of
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1500)]
 
 
 @dataclass
@@ -116,12 +118,6 @@ def clone(
                 c.remove(force=True, v=True)
 
 
-def claims_of(token: str) -> dict[str, Any]:
-    """A JWT's payload, unverified (the test reads which replica issued it)."""
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
-
-
 def one_line(text: str) -> str:
     assert "\n" not in text.strip() and "Traceback" not in text, text
     return text.strip()
@@ -145,24 +141,26 @@ print(json.dumps(found))
 """
 
 
-class StrangerBridge:
+class StrangerBridge(LocalStub):
     """A loopback HTTP server that answers /readyz and /healthz like a bridge requiring a key and
     records the headers of every other request: where a leaked key would arrive."""
 
     def __init__(self) -> None:
-        import http.server
-        import threading
+        self.seen: list[dict[str, str]] = []
+        super().__init__()
 
-        seen: list[dict[str, str]] = []
+    @property
+    def url(self) -> str:
+        return self.root_url
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+    def _handler(self) -> type[StubHandler]:
+        stranger = self
+
+        class Handler(StubHandler):
+            paths = stranger.paths
+
             def _answer(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send(status, json.dumps(body).encode())
 
             def do_GET(self) -> None:  # http.server calls the handler by this name
                 if self.path == "/readyz":
@@ -173,24 +171,10 @@ class StrangerBridge:
                     self._answer(404, {"detail": "not found"})
 
             def do_POST(self) -> None:
-                seen.append({k.lower(): v for k, v in self.headers.items()})
+                stranger.seen.append({k.lower(): v for k, v in self.headers.items()})
                 self._answer(401, {"detail": "missing or wrong API key"})
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.seen = seen
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> StrangerBridge:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return Handler
 
 
 def test_compose_up_alone_on_a_fresh_clone(clone: Clone, docker_engine: Engine) -> None:

@@ -45,11 +45,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_helpers import TIMINGS, Engine, responses_object
 from test_compose import Clone, claims_of, clone, one_line  # noqa: F401  (clone: the fixture)
 from test_upstream_log import structured_output_response
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(1500)]
+from tests.fixtures.containers import TIMINGS, Engine, responses_object
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1500)]
 
 CLIENT = (Path(__file__).parent / "fixtures" / "replica_death_client.py").read_text()
 REPLICAS, PER_REPLICA, ROUNDS = 3, 3, 4

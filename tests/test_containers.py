@@ -28,7 +28,8 @@ from typing import Any
 
 import httpx
 import pytest
-from container_helpers import (
+
+from tests.fixtures.containers import (
     ROOT,
     SEED_ROW,
     TIMINGS,
@@ -45,7 +46,7 @@ from container_helpers import (
     running,
 )
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 
 
 # One engine and one image build per test session, shared with tests/test_compose.py: the

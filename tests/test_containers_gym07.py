@@ -27,7 +27,8 @@ from typing import Any
 
 import httpx
 import pytest
-from container_helpers import (
+
+from tests.fixtures.containers import (
     BUILD_LOGS,
     TIMINGS,
     TOKEN_HEADER,
@@ -42,7 +43,7 @@ from container_helpers import (
     running,
 )
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 GYM07_TAG = "localhost/gym-mcp-bridge:test-gym-0.7.0"
 GYM_PYTHON_IMAGE = os.environ.get("GYM_MCP_BRIDGE_TEST_GYM_PYTHON_IMAGE", "python:3.13-slim")

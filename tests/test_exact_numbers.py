@@ -12,6 +12,8 @@ Starlette hands a Gym server.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge import exactjson
-from tests.conftest import HEADER, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, UpstreamProcess, counter_row, mcp_client, running_bridge
 from tests.fixtures.helpers import gym_response
 
 pytestmark = pytest.mark.anyio
@@ -63,10 +65,11 @@ def verify(http: httpx.Client, token: str) -> Any:
     return json.loads(answer.content)["reward"]
 
 
-@pytest.fixture
-def bridged(gym_upstream: Any, spawn_bridge: Any) -> tuple[str, str]:
-    upstream = gym_upstream()
-    return upstream.url, spawn_bridge(["--upstream-url", upstream.url]).url
+@pytest.fixture(scope="module")
+def bridged(counter_upstream: UpstreamProcess, log_dir: Path) -> Iterator[tuple[str, str]]:
+    """Gym's counter alone and a bridge in external mode in front of it: (upstream URL, bridge URL)."""
+    with running_bridge(log_dir, "--upstream-url", counter_upstream.url, timeout=120) as bridge:
+        yield counter_upstream.url, bridge.url
 
 
 @pytest.mark.parametrize("wide", WIDE)

@@ -29,7 +29,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from bridge.http.mcp import McpEndpoint, Reply
 from bridge.service import Bridge
 from bridge.settings import Settings
-from tests.conftest import HEADER, SECRET, counter_row
+from tests.fixtures.bridges import HEADER, SECRET, UpstreamProcess, counter_row
 
 pytestmark = pytest.mark.anyio
 MODERN = "2026-07-28"
@@ -89,9 +89,8 @@ def same(fast: httpx.Response, sdk: httpx.Response) -> None:
 
 
 @pytest.fixture
-async def harness(gym_upstream: Any) -> AsyncIterator[Harness]:
-    upstream = gym_upstream()
-    bridge = Bridge(Settings(upstream_url=upstream.url, secret=SECRET))
+async def harness(counter_upstream: UpstreamProcess) -> AsyncIterator[Harness]:
+    bridge = Bridge(Settings(upstream_url=counter_upstream.url, secret=SECRET))
     await bridge.start()
     endpoint = McpEndpoint(bridge)
     endpoint.server.name = bridge.upstream.server_name

@@ -36,7 +36,7 @@ import pytest
 
 from bridge import limits
 from bridge.http.accept import Acceptor
-from tests.conftest import HEADER, BridgeProcess, counter_row, free_port
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, free_port
 from tests.fixtures.helpers import (
     MCP_HEADERS,
     MCP_INITIALIZE,
@@ -165,6 +165,7 @@ def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
         print(f"\n[figures] {line}", flush=True)
 
 
+@pytest.mark.soak
 async def test_rollouts_in_flight_on_two_replicas_under_a_small_soft_limit_are_exact(
     spawn_bridge: Any, gym_upstream: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

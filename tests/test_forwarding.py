@@ -43,7 +43,7 @@ import uvicorn
 from bridge.commands.replay import ground_truth_response
 from bridge.http.forwarding import MARKER
 from bridge.scoring.trajectory import function_calls
-from tests.conftest import (
+from tests.fixtures.bridges import (
     GYM_PYTHON,
     HEADER,
     BridgeProcess,
@@ -64,6 +64,7 @@ from tests.fixtures.helpers import (
     gym_response,
     metric,
     rpc_call,
+    seed,
     text_of,
     upstream_counts,
 )
@@ -447,12 +448,6 @@ async def test_workplace_rollouts_through_a_round_robin_balancer(
 # -- refusals ---------------------------------------------------------------------------------------
 
 
-def seed_on(replica: Replica, initial: int = 0) -> str:
-    seeded = httpx.post(f"{replica.url}/seed_session", json=counter_row(initial), timeout=30)
-    assert seeded.status_code == 200, seeded.text
-    return str(seeded.json()["mcp"]["headers"][HEADER])
-
-
 def snapshot(replicas: list[Replica]) -> list[Any]:
     return [(r.posts(), metric(r.bridge, "gym_mcp_bridge_forwarded_total")) for r in replicas]
 
@@ -461,7 +456,7 @@ async def test_forged_owner_claim_is_refused_without_contacting_anyone(
     counter_replicas: list[Replica],
 ) -> None:
     a, b, _ = counter_replicas
-    real = seed_on(b, 5)  # a live session on B
+    real = seed(b, counter_row(5))  # a live session on B
     forged = forge(claims_of(real), key=OTHER_KEY)  # the same claims, owner B, signed with another key
     before = snapshot(counter_replicas)
     async with mcp_client(f"{a.url}/mcp", forged) as client:
@@ -510,7 +505,7 @@ async def test_issuer_outside_the_peers_is_refused_naming_it_without_contacting_
     a = counter_replicas[0]
     outside = ConnectionCounter("127.0.0.2")  # reachable, but not a loopback name the peers list
     try:
-        token = forge({**claims_of(seed_on(counter_replicas[1])), "iss": outside.url})  # the shared key
+        token = forge({**claims_of(seed(counter_replicas[1])), "iss": outside.url})  # the shared key
         reason = f"issued by another replica ({outside.url}), which is outside this deployment's peers"
         before = snapshot(counter_replicas)
         async with mcp_client(f"{a.url}/mcp", token) as client:
@@ -529,7 +524,7 @@ async def test_issuer_outside_the_peers_is_refused_naming_it_without_contacting_
 
 async def test_a_forwarded_request_is_never_forwarded_again(counter_replicas: list[Replica]) -> None:
     a, b, c = counter_replicas
-    token = seed_on(b, 1)
+    token = seed(b, counter_row(1))
     before = snapshot(counter_replicas)
     # a request that says it was forwarded already, at a replica that does not own the session
     for path, payload in (
@@ -560,7 +555,7 @@ async def test_what_the_owner_says_about_a_session_it_does_not_know_comes_back_u
     counter_replicas: list[Replica],
 ) -> None:
     a, b, _ = counter_replicas
-    token = seed_on(b)
+    token = seed(b)
     unknown = forge({**claims_of(token), "sid": "0" * 32})  # signed, owner B, a session B never had
     for path, payload in (
         ("/get_counter_value", {}),
@@ -619,7 +614,7 @@ def test_peers_setting_off_restores_the_refusal(counter_replicas: list[Replica],
     args = ["--upstream-url", counter_replicas[0].upstream_url, "--server-name", "example_session_state_mgmt"]
     lone = BridgeProcess(args=[*args, "--peers", ""]).start(log_dir, timeout=60)
     try:
-        token = seed_on(b)
+        token = seed(b)
         refused = httpx.post(f"{lone.url}/get_counter_value", json={}, headers={HEADER: token}, timeout=10)
         assert refused.status_code == 401, refused.text
         reason = f"issued by another replica ({b.url}), which is outside this deployment's peers (none"

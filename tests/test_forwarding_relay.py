@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from bridge.http.forwarding import MARKER
-from tests.conftest import HEADER, BridgeProcess, counter_row, free_port
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, free_port
 from tests.fixtures.helpers import (
     FAULT_SPEC,
     MCP_HEADERS,
@@ -36,6 +36,7 @@ from tests.fixtures.helpers import (
     forge,
     metric,
     rpc_call,
+    seed,
     upstream_counts,
 )
 from tests.test_forwarding import ConnectionCounter, start_upstreams
@@ -44,11 +45,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::jwt.warning
 
 TOOL_TIMEOUT_S = 2.0  # A's relay budget is this plus forwarding's 10 s margin
 BUDGET_S = TOOL_TIMEOUT_S + 10.0
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # FakeOwner is an asyncio server on the test's loop
 
 
 @dataclass
@@ -79,12 +75,6 @@ def pair(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def seed_on(bridge: BridgeProcess, initial: int = 0) -> str:
-    seeded = httpx.post(f"{bridge.url}/seed_session", json=counter_row(initial), timeout=30)
-    assert seeded.status_code == 200, seeded.text
-    return str(seeded.json()["mcp"]["headers"][HEADER])
 
 
 # -- the stand-in owner ----------------------------------------------------------------------------------
@@ -235,13 +225,13 @@ async def relay(
 async def test_a_connection_is_reused_only_after_an_exchange_that_ended_exactly(
     pair: Pair, owner: FakeOwner
 ) -> None:
-    token = owner.token(seed_on(pair.b))
+    token = owner.token(seed(pair.b))
     for i in range(4):  # well-behaved: one connection carries them all
         answer = await relay(pair.a, token, i)
         assert answer.status_code == 200 and answer.json() == {"conn": 1, "token": token}, answer.text
     assert owner.connections == 1 and len(owner.seen) == 4
 
-    other = owner.token(seed_on(pair.b, 7))  # another session, relayed over the same pool
+    other = owner.token(seed(pair.b, counter_row(7)))  # another session, relayed over the same pool
     owner.mode = "extra"
     answer = await relay(pair.a, token, 10)
     assert answer.json() == {"conn": 1, "token": token}, "the first answer is the caller's own"
@@ -267,7 +257,7 @@ async def test_a_connection_is_reused_only_after_an_exchange_that_ended_exactly(
 async def test_an_owner_that_breaks_off_or_garbles_its_answer_is_a_502_naming_it(
     pair: Pair, owner: FakeOwner, mode: str
 ) -> None:
-    token = owner.token(seed_on(pair.b))
+    token = owner.token(seed(pair.b))
     owner.mode = mode
     before = metric(pair.a, "gym_mcp_bridge_forwarded_total", outcome="unreachable")
     answer = await relay(pair.a, token, 21)
@@ -290,7 +280,7 @@ async def test_an_owner_that_breaks_off_or_garbles_its_answer_is_a_502_naming_it
 async def test_an_owner_that_does_not_answer_is_a_504_naming_it_within_the_budget(
     pair: Pair, owner: FakeOwner
 ) -> None:
-    token = owner.token(seed_on(pair.b))
+    token = owner.token(seed(pair.b))
     owner.mode = "silent"
     started = time.monotonic()
     answer = await relay(pair.a, token, 31)
@@ -306,7 +296,7 @@ async def test_an_owner_that_does_not_answer_is_a_504_naming_it_within_the_budge
 
 async def test_an_owner_that_refuses_connections_is_a_502_naming_it(pair: Pair) -> None:
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    token = forge({**claims_of(seed_on(pair.b)), "iss": closed})
+    token = forge({**claims_of(seed(pair.b)), "iss": closed})
     answer = await relay(pair.a, token, 41)
     assert answer.status_code == 502
     assert (
@@ -321,7 +311,7 @@ async def test_an_owner_that_refuses_connections_is_a_502_naming_it(pair: Pair) 
 async def test_the_request_goes_unchanged_but_for_the_hop_and_the_answer_comes_back_whole(
     pair: Pair, owner: FakeOwner
 ) -> None:
-    token = owner.token(seed_on(pair.b))
+    token = owner.token(seed(pair.b))
     owner.mode = "huge"
     body = orjson.dumps(rpc_call("increment_counter", {"count": 1, "pad": "é" * 1000}, 51))
     sent = {
@@ -360,7 +350,7 @@ async def test_the_request_goes_unchanged_but_for_the_hop_and_the_answer_comes_b
 
 async def test_a_huge_request_is_answered_through_a_replica_exactly_as_by_its_owner(pair: Pair) -> None:
     """Real owner, real Gym server: a 3 MB body (under the 4 MB limit) and one over the limit."""
-    token = seed_on(pair.b, 3)
+    token = seed(pair.b, counter_row(3))
     big = rpc_call("increment_counter", {"count": 1, "pad": "x" * (3 * 1024 * 1024)}, 61)
     headers = {**MCP_HEADERS, HEADER: token}
     async with httpx.AsyncClient(timeout=60) as http:
@@ -390,7 +380,7 @@ async def test_an_owner_claim_outside_the_peers_or_not_a_plain_url_is_never_cont
     outside = ConnectionCounter("127.0.0.2")
     try:
         port = listener.url.rsplit(":", 1)[1]
-        real = seed_on(pair.b)
+        real = seed(pair.b)
         claims = [
             f"{listener.url}/elsewhere",
             f"{listener.url}?x=1",
@@ -420,7 +410,7 @@ async def test_an_owner_claim_outside_the_peers_or_not_a_plain_url_is_never_cont
 async def test_concurrent_forwarded_calls_each_act_on_their_own_session(pair: Pair) -> None:
     """24 sessions on B, 20 calls each, all at once through A's pool: every counter exact, and B's
     upstream saw exactly those calls."""
-    tokens = [seed_on(pair.b, 1000 * i) for i in range(24)]
+    tokens = [seed(pair.b, counter_row(1000 * i)) for i in range(24)]
     before = upstream_counts(pair.upstream_b).get("POST /increment_counter", 0)
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as http:
 

@@ -1,7 +1,7 @@
 """nemo-gym 0.7.0 upstreams and Gym 0.7's request shapes, with real parts only.
 
 * The nemo-gym 0.7.0 environment is built by the project's own builder (``make gym-env
-  NEMO_GYM_VERSION=0.7.0`` = ``scripts/setup-gym-env.sh``, through ``benchmarks.procs.ensure_gym07_env``;
+  NEMO_GYM_VERSION=0.7.0`` = ``scripts/setup-gym-env.sh``, through ``tools.gym_env.ensure_gym07_env``;
   stamp-cached in ``.gym-env-0.7.0``; about 80-90 s on a fresh machine with a warm uv cache).
 * A real Gym 0.7.0 resources server (Gym's stateful counter plus a tool that echoes the rollout id
   Gym's own middleware saw: ``tests/fixtures/gym07/rollout_echo.py``) runs once directly and once as
@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from benchmarks import procs
-from tests.conftest import (
+from tests.fixtures.bridges import (
     HEADER,
     ROOT,
     BridgeProcess,
@@ -38,6 +38,7 @@ from tests.conftest import (
 )
 from tests.fixtures.helpers import MCP_HEADERS
 from tests.test_observability import spans_in
+from tools.gym_env import GYM07_ENV, gym_version, uv
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gym07"
 ECHO = "rollout_echo:RolloutEchoServer"
@@ -161,12 +162,12 @@ def without(body: Any, *keys: str) -> Any:
 
 
 def test_the_07_env_is_the_builders_and_reports_its_version(gym07_python: Path) -> None:
-    stamp = (procs.GYM07_ENV / ".gym-env-stamp").read_text().split()
+    stamp = (GYM07_ENV / ".gym-env-stamp").read_text().split()
     assert stamp[0] == "0.7.0"
-    assert procs.gym_version(gym07_python) == "0.7.0"
+    assert gym_version(gym07_python) == "0.7.0"
     started = time.monotonic()  # a second build with the same stamp is a no-op
-    env = {**os.environ, "NEMO_GYM_VERSION": "0.7.0", "UV": procs._uv()}
-    subprocess.run([str(ROOT / "scripts" / "setup-gym-env.sh"), str(procs.GYM07_ENV)], env=env, check=True)
+    env = {**os.environ, "NEMO_GYM_VERSION": "0.7.0", "UV": uv()}
+    subprocess.run([str(ROOT / "scripts" / "setup-gym-env.sh"), str(GYM07_ENV)], env=env, check=True)
     assert time.monotonic() - started < 10
 
 

@@ -25,7 +25,7 @@ import httpx
 import yaml
 
 from benchmarks.procs import free_port
-from tests.conftest import BRIDGE, ROOT, SECRET
+from tests.fixtures.bridges import BRIDGE, ROOT, SECRET
 
 ENTRY = ROOT / "resources_servers" / "gym_mcp_bridge"
 APP = ENTRY / "app.py"

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, BridgeProcess
+from tests.fixtures.bridges import ROOT, BridgeProcess
 from tests.interop.gym_launcher import (
     Launcher,
     agent_in_front_of,
@@ -58,7 +58,7 @@ REMOTE = "gym_mcp_bridge_remote"
 EXAMPLES = ROOT / "examples" / "gym"
 CLAUDE_VERSION = "2.1.332"
 CODEX_VERSION = "0.144.4"  # nemo-gym 0.7.0's codex_agent pin (configs/codex_agent.yaml)
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.launcher, pytest.mark.npm, pytest.mark.timeout(2400)]
 
 
 @dataclass

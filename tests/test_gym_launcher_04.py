@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.fixtures.bridges import ROOT
 from tests.interop.gym_collect_env import ensure_collect_env
 from tests.interop.gym_launcher import (
     Case,
@@ -39,7 +39,7 @@ from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
 
 ENV = "example_session_state_mgmt"
 EXAMPLE = "examples/gym/nemo-gym-0.4/simple_agent.yaml"
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.launcher, pytest.mark.timeout(1800)]
 
 
 def reference_config(work: Path) -> Path:

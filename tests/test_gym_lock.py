@@ -8,7 +8,7 @@ sha256. setup-gym-env.sh itself, run for real: a version with no lock and a lock
 input are refused with the command that fixes them; the stamp holds the lock's hash; a file whose
 hash the lock does not list is refused.
 
-Container (marker ``containers``, real Docker engine, the session image of tests/conftest.py): the
+Container (marker ``docker``, real Docker engine, the session image of tests/conftest.py): the
 image's label names its lock, its Gym venv holds exactly what the lock pins, and a second, cold
 build of the ``gym-env`` stage (no cache, every wheel from PyPI again) installs the same packages
 and versions. One version is rebuilt (0.4.0, the default): 0.7.0 goes through the same script and
@@ -26,10 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
-from container_helpers import TIMINGS, Engine, build_image, gym_env_packages
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+
+from tests.fixtures.bridges import uv
+from tests.fixtures.containers import TIMINGS, Engine, build_image, gym_env_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -157,12 +159,6 @@ def test_the_dockerfile_labels_the_image_with_its_lock() -> None:
 # ---------------------------------------------------------------- setup-gym-env.sh, run
 
 
-def uv() -> str:
-    found = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".cache" / "uv-venv" / "bin" / "uv")
-    assert Path(found).exists(), "uv is missing: run make setup"
-    return found
-
-
 def python312() -> str:
     out = subprocess.run([str(SCRIPTS / "find-python.sh"), "3.12"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -231,7 +227,7 @@ def test_the_stamp_holds_the_locks_hash_and_unlisted_files_are_refused(tmp_path:
 # ---------------------------------------------------------------- two builds, one image
 
 
-@pytest.mark.containers
+@pytest.mark.docker
 @pytest.mark.timeout(2400)
 def test_two_builds_of_one_commit_install_the_same_locked_packages(
     docker_engine: Engine, docker_image: str

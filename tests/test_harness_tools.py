@@ -104,10 +104,10 @@ def converter_names(source: str, function: str) -> tuple[dict[str, tuple[str, in
 @pytest.fixture(scope="module")
 def gym07_site(request: pytest.FixtureRequest) -> Path:
     """The nemo-gym 0.7.0 wheel's site-packages (the environment built first when it is missing)."""
-    from benchmarks import procs
+    from tools import gym_env
 
     def found() -> list[Path]:
-        return sorted((procs.GYM07_ENV / "lib").glob("python3.*/site-packages/nemo_gym-0.7.0.dist-info"))
+        return sorted((gym_env.GYM07_ENV / "lib").glob("python3.*/site-packages/nemo_gym-0.7.0.dist-info"))
 
     if not found():
         request.getfixturevalue("gym07_python")

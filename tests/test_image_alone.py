@@ -31,9 +31,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from container_helpers import ROOT, SEED_ROW, Engine, free_port
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(900)]
+from tests.fixtures.containers import ROOT, SEED_ROW, Engine, free_port
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 DOCKER = shutil.which("docker") or "docker"
 

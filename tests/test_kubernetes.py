@@ -2,7 +2,7 @@
 the bridge itself evaluates them; the documented key rotations, run; and two pods of the StatefulSet
 run for real (``test_two_pods_through_a_port_forward``): the bridge with the environment the kubelet
 makes from the manifest, the `.svc` names of the pods in a private /etc/hosts each, the keys made by
-the key Job's script against the API server double (tests/kube_helpers.py), reached from "outside"
+the key Job's script against the API server double (tests/fixtures/kube.py), reached from "outside"
 through a TCP tunnel as ``kubectl port-forward`` gives it. The Job itself: tests/test_kubernetes_keys.py.
 """
 
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import (
+
+from tests.fixtures.kube import (
     K8S,
     NS,
     ROOT,
@@ -306,10 +307,10 @@ def test_two_pods_through_a_port_forward(
     import asyncio
 
     import httpx
-    from conftest import GYM_PYTHON, boot_upstream, wait_for_upstream
-    from container_helpers import SEED_ROW, TOKEN_HEADER, mcp_call, responses_object, result_json
 
     from benchmarks.procs import free_port
+    from tests.fixtures.bridges import GYM_PYTHON, boot_upstream, wait_for_upstream
+    from tests.fixtures.containers import SEED_ROW, TOKEN_HEADER, mcp_call, responses_object, result_json
 
     if not can_unshare():
         if os.environ.get("CI") == "true":

@@ -3,7 +3,7 @@ for real, and the names, RBAC and security profile the Job, the Role and the pod
 
 No Kubernetes API server can run on this machine (none is packaged for PyPI, npm or Debian, no
 image can be pulled, and the Go module proxy is out of reach to build one), so
-``examples/kubernetes/make_keys.py`` runs against ``FakeApiServer`` (tests/kube_helpers.py), a
+``examples/kubernetes/make_keys.py`` runs against ``FakeApiServer`` (tests/fixtures/kube.py), a
 **test double** named as such: HTTPS with its own CA, service-account bearer tokens, and the subset
 of the core v1 Secrets API the script uses (create, get), answering with the API server's own Status
 objects (201, 409 AlreadyExists, 403 Forbidden with RBAC's wording). It authorizes every request by
@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import BIN, NS, SCRIPT, FakeApiServer, job_account, job_secrets, one, run_job
+
+from tests.fixtures.kube import BIN, NS, SCRIPT, FakeApiServer, job_account, job_secrets, one, run_job
 
 # -------------------------------------------------------------------- the key Job, run
 
@@ -241,7 +242,7 @@ def test_the_job_runs_under_the_restricted_profile_and_cleans_up(docs: list[dict
             assert not wanted.items() <= labels.items(), d["metadata"]["name"]
 
 
-@pytest.mark.containers
+@pytest.mark.docker
 @pytest.mark.timeout(1200)
 def test_the_job_container_in_the_bridge_image(
     apiserver: FakeApiServer,

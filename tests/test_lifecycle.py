@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import GYM_SITE, ROOT, SECRET, BridgeProcess, counter_row, free_port, pid_alive
+from tests.fixtures.bridges import GYM_SITE, ROOT, SECRET, BridgeProcess, counter_row, free_port, pid_alive
 
 
 def run_serve(

@@ -6,7 +6,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import BridgeProcess, counter_row, mcp_client
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, running_bridge, upstream_url
 from tests.fixtures.fault_texts import TRACEPARENTS_PATH
-from tests.fixtures.helpers import FAULT_SPEC, MCP_HEADERS, fault_env, seed, tools_row, upstream_url
+from tests.fixtures.helpers import FAULT_SPEC, MCP_HEADERS, fault_env, seed, tools_row
 
 TRACE_A = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACE_B = "0af7651916cd43dd8448eb211c80319c"
@@ -43,9 +43,8 @@ def traced(log_dir: Path) -> Any:
     env = fault_env(
         OTEL_TRACES_EXPORTER="console", OTEL_BSP_SCHEDULE_DELAY="100", OTEL_SERVICE_NAME="bridge-test"
     )
-    bridge = BridgeProcess(args=["--resources-server", FAULT_SPEC], env=env).start(log_dir, timeout=240)
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--resources-server", FAULT_SPEC, **env) as bridge:
+        yield bridge
 
 
 def test_spans_form_one_tree_from_the_callers_trace_to_the_upstream(traced: BridgeProcess) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import BRIDGE, HEADER, ROOT, SECRET, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import BRIDGE, HEADER, ROOT, SECRET, BridgeProcess, counter_row, mcp_client
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, BridgeProcess, free_port
+from tests.fixtures.bridges import ROOT, BridgeProcess, free_port
 
 QUICKSTART = ROOT / "examples" / "quickstart.py"
 KEY = "quickstart-test-key-" + "q" * 40

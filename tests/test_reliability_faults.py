@@ -18,7 +18,7 @@ import anyio.to_thread
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, mcp_client, pid_alive
+from tests.fixtures.bridges import HEADER, BridgeProcess, mcp_client, pid_alive, running_bridge, upstream_url
 from tests.fixtures.fault_texts import FAIL_500_TEXT, INVALID_JSON_TEXT
 from tests.fixtures.helpers import (
     ESTABLISHED,
@@ -36,7 +36,6 @@ from tests.fixtures.helpers import (
     tcp_connections,
     text_of,
     upstream_counts,
-    upstream_url,
     wait_for,
 )
 
@@ -52,11 +51,8 @@ def fault(log_dir: Path) -> BridgeProcess:
 @pytest.fixture(scope="module")
 def doomed(log_dir: Path) -> Iterator[BridgeProcess]:
     """A managed bridge of its own: its upstream gets killed, then the bridge gets SIGTERM."""
-    bridge = BridgeProcess(args=["--resources-server", FAULT_SPEC], env=fault_env()).start(
-        log_dir, timeout=240
-    )
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--resources-server", FAULT_SPEC, **fault_env()) as bridge:
+        yield bridge
 
 
 async def test_slow_upstream_times_out_at_the_budget_while_other_sessions_stay_responsive(

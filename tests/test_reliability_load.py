@@ -23,17 +23,16 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, mcp_client, upstream_url
 from tests.fixtures.helpers import (
     RawMcpConnection,
     external_bridge,
     metric,
     status_kb,
-    upstream_url,
     wait_for,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.soak, pytest.mark.anyio]
 
 SESSIONS = int(os.environ.get("GYM_MCP_BRIDGE_LOAD_SESSIONS", "1000"))
 CALLS = int(os.environ.get("GYM_MCP_BRIDGE_LOAD_CALLS", "20"))

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row, free_port, mcp_client
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, free_port, mcp_client
 
 pytestmark = pytest.mark.anyio
 

@@ -11,13 +11,10 @@ import jwt
 import pytest
 from starlette.responses import Response
 
-from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.bridges import HEADER, SECRET, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.helpers import claims_of
 
 pytestmark = pytest.mark.anyio
-
-
-def claims_of(token: str) -> dict:  # type: ignore[type-arg]
-    return dict(jwt.decode(token, options={"verify_signature": False}))
 
 
 def forged(token: str, key: str = SECRET, **changes: object) -> str:

@@ -18,7 +18,7 @@ import jwt
 import pytest
 
 from bridge.tokens import HEADER
-from tests.conftest import SECRET, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import SECRET, BridgeProcess, counter_row, mcp_client
 
 
 def _refusal_line(text: str) -> str:

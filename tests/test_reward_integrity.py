@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from bridge.service import OTHER_TOOLS_LABEL
 from bridge.upstream.cookies import merge_cookies
-from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, mcp_client, upstream_url
 from tests.fixtures.helpers import (
     FAULT_SPEC,
     fault_env,
@@ -34,7 +34,6 @@ from tests.fixtures.helpers import (
     tools_row,
     upstream_counts,
     upstream_posts,
-    upstream_url,
 )
 
 pytestmark = pytest.mark.anyio
@@ -350,6 +349,16 @@ def test_gyms_one_session_cookie_is_replaced_or_cleared_as_a_browser_does() -> N
 # -- the session's call log -----------------------------------------------------------------------------
 
 
+def verify_recorded(bridge: BridgeProcess, token: str) -> httpx.Response:
+    """``/verify`` of the session's own recorded calls."""
+    return httpx.post(
+        f"{bridge.url}/verify",
+        json={"trajectory": {"format": "recorded"}},
+        headers={HEADER: token},
+        timeout=60,
+    )
+
+
 def test_a_log_that_dropped_calls_is_never_scored_as_recorded(spawn_bridge: Any) -> None:  # type: ignore[no-untyped-def]
     """With max_calls_logged=2 a correct 3-call rollout used to score 0.0 as `recorded`, silently."""
     bridge = spawn_bridge(["--max-calls-logged", "2"])
@@ -358,12 +367,7 @@ def test_a_log_that_dropped_calls_is_never_scored_as_recorded(spawn_bridge: Any)
         assert httpx.post(f"{bridge.url}/{name}", json=arguments, headers={HEADER: token}).status_code == 200
     value = httpx.post(f"{bridge.url}/get_counter_value", json={}, headers={HEADER: token})
     assert value.json() == {"count": 6}  # the third call still ran
-    verdict = httpx.post(
-        f"{bridge.url}/verify",
-        json={"trajectory": {"format": "recorded"}},
-        headers={HEADER: token},
-        timeout=60,
-    )
+    verdict = verify_recorded(bridge, token)
     assert verdict.status_code == 409, verdict.text
     detail = verdict.json()["detail"]
     assert (
@@ -391,12 +395,7 @@ def test_a_session_log_over_its_byte_cap_still_serves_calls_but_is_incomplete(sp
                 timeout=30,
             )
             assert response.status_code == 200, response.text
-        verdict = httpx.post(
-            f"{bridge.url}/verify",
-            json={"trajectory": {"format": "recorded"}},
-            headers={HEADER: token},
-            timeout=60,
-        )
+        verdict = verify_recorded(bridge, token)
         assert verdict.status_code == 409, verdict.text
         assert (
             "max_session_log_bytes" in verdict.json()["detail"] or "max_log_bytes" in verdict.json()["detail"]

@@ -37,7 +37,7 @@ import pytest
 
 from bridge.http import prefixes
 from tests import test_gym07
-from tests.conftest import HEADER, ROOT, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, ROOT, BridgeProcess, counter_row
 from tests.fixtures.helpers import MCP_HEADERS
 from tests.test_gym07 import CALL, raw_post, response_with, without
 

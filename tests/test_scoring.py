@@ -17,7 +17,16 @@ import httpx
 import pytest
 
 from bridge.scoring import naming
-from tests.conftest import GYM_SITE, HEADER, ROOT, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.bridges import (
+    GYM_SITE,
+    HEADER,
+    ROOT,
+    BridgeProcess,
+    counter_row,
+    gym_data,
+    mcp_client,
+    running_bridge,
+)
 from tests.fixtures.helpers import gym_response
 
 pytestmark = pytest.mark.anyio
@@ -37,9 +46,8 @@ CONVENTIONS = [
 
 @pytest.fixture(scope="module")
 def multi_step(log_dir: Path) -> Any:
-    bridge = BridgeProcess(args=["--resources-server", "example_multi_step"]).start(log_dir)
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--resources-server", "example_multi_step") as bridge:
+        yield bridge
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, counter_row, gym_data, mcp_client
+from tests.fixtures.bridges import (
+    HEADER,
+    BridgeProcess,
+    counter_row,
+    gym_data,
+    mcp_client,
+    running_bridge,
+    upstream_url,
+)
+from tests.fixtures.harness import ground_truth_solution, native_reward, verify
 from tests.fixtures.helpers import fault_env, gym_response
-from tests.interop.stubs.common import ground_truth_solution, native_reward, upstream_url
 
 pytestmark = pytest.mark.anyio
 CODEX_NAMES = Path(__file__).resolve().parent / "fixtures" / "client_names" / "codex-cli.json"
@@ -47,12 +55,6 @@ def call(call_id: str, name: str, arguments: dict[str, Any], namespace: str | No
     if namespace is not None:
         item["namespace"] = namespace
     return item
-
-
-def verify(bridge: BridgeProcess, token: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = httpx.post(f"{bridge.url}/verify", json=body, headers={HEADER: token}, timeout=120)
-    assert answer.status_code == 200, answer.text
-    return dict(answer.json())
 
 
 async def seed_and_call(
@@ -212,11 +214,8 @@ async def test_provenance_confirms_refutes_and_is_proven_only_by_this_sessions_c
 
 @pytest.fixture(scope="module")
 def read_file_bridge(log_dir: Path) -> Iterator[BridgeProcess]:
-    bridge = BridgeProcess(args=["--resources-server", HARNESS_SPEC], env=fault_env()).start(
-        log_dir, timeout=240
-    )
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--resources-server", HARNESS_SPEC, **fault_env()) as bridge:
+        yield bridge
 
 
 async def test_a_bare_harness_name_scores_only_on_this_sessions_own_call(

@@ -36,8 +36,7 @@ import httpx
 import pytest
 
 from bridge.upstream import envs
-from tests.conftest import HEADER, BridgeProcess, mcp_client
-from tests.interop.stubs.common import upstream_url
+from tests.fixtures.bridges import HEADER, BridgeProcess, mcp_client, upstream_url
 
 pytestmark = pytest.mark.anyio
 GYM07_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gym07"

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import HEADER, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, mcp_client, upstream_url
 from tests.fixtures.helpers import (
     API_KEY,
     MCP_HEADERS,
@@ -36,7 +36,6 @@ from tests.fixtures.helpers import (
     shared_fault_bridge,
     text_of,
     upstream_posts,
-    upstream_url,
 )
 
 pytestmark = pytest.mark.anyio

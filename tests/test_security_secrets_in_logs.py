@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import jwt
 
-from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, SECRET, BridgeProcess, counter_row, upstream_url
 from tests.fixtures.helpers import (
     ALL_SECRETS,
     API_KEY,
@@ -26,7 +26,6 @@ from tests.fixtures.helpers import (
     mcp_post,
     rpc_call,
     shared_fault_bridge,
-    upstream_url,
 )
 
 FLAG_WARNING = "given on the command line"

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, SECRET, BridgeProcess, counter_row, mcp_client, upstream_url
 from tests.fixtures.helpers import (
     OTHER_KEY,
     ROTATED_KEY,
@@ -30,7 +30,6 @@ from tests.fixtures.helpers import (
     shared_fault_bridge,
     text_of,
     upstream_posts,
-    upstream_url,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from benchmarks import procs
-from tests.conftest import HEADER, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, counter_row, mcp_client
 
 EMPTY_RESPONSE = {
     "id": "resp_1",

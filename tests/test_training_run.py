@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import HEADER, BridgeProcess, UpstreamProcess, counter_row, mcp_client
+from tests.fixtures.bridges import HEADER, BridgeProcess, UpstreamProcess, counter_row, mcp_client
 from tests.fixtures.helpers import MCP_HEADERS, MCP_INITIALIZE, claims_of, gym_response, metric, rpc_call
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ def upstream(log_dir: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     import subprocess
     import time
 
-    from tests.conftest import GYM_PYTHON, boot_upstream, wait_for_upstream
+    from tests.fixtures.bridges import GYM_PYTHON, boot_upstream, wait_for_upstream
 
     folder = tmp_path_factory.mktemp("upstream")
     port_file, log = folder / "port", folder / "upstream.log"
@@ -120,6 +120,7 @@ async def bridged(client: httpx.AsyncClient, url: str, initial: int, calls: list
     return verified.json()["reward"]
 
 
+@pytest.mark.soak
 async def test_rollouts_never_closed_are_never_refused_and_score_as_gym(
     bridge: BridgeProcess, upstream: UpstreamProcess
 ) -> None:

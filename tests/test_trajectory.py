@@ -26,6 +26,14 @@ GYM_PYTHON = Path(__file__).resolve().parent.parent / ".gym-env" / "bin" / "pyth
 SYSTEM = "You are a helpful assistant with a counter tool."
 PROMPT = "Add 13 to the counter, then tell me its value."
 ANSWER = "The counter is now 13."
+# the items of the counter task: two calls, each with its output, then the answer
+TWO_CALLS_THEN_ANSWER = [
+    "function_call",
+    "function_call_output",
+    "function_call",
+    "function_call_output",
+    "message",
+]
 
 
 def _types(response: dict[str, Any]) -> list[str]:
@@ -160,13 +168,7 @@ def records() -> list[ToolCallRecord]:
 
 def test_openai_chat_counter_task_items_in_order() -> None:
     response = from_openai_chat(chat_messages())
-    assert _types(response) == [
-        "function_call",
-        "function_call_output",
-        "function_call",
-        "function_call_output",
-        "message",
-    ]
+    assert _types(response) == TWO_CALLS_THEN_ANSWER
     assert _calls(response) == [
         ("call_inc_1", "increment_counter", '{"count":13}'),
         ("call_get_2", "get_counter_value", "{}"),
@@ -385,13 +387,7 @@ def test_anthropic_error_tool_result_keeps_text() -> None:
 
 def test_recorded_calls_then_final_text() -> None:
     response = from_recorded(records(), final_text=ANSWER)
-    assert _types(response) == [
-        "function_call",
-        "function_call_output",
-        "function_call",
-        "function_call_output",
-        "message",
-    ]
+    assert _types(response) == TWO_CALLS_THEN_ANSWER
     assert _calls(response) == [
         ("mcp_1", "mcp__gym__increment_counter", '{"count": 13}'),
         ("mcp_2", "mcp__gym__get_counter_value", "{}"),

@@ -20,7 +20,7 @@ import pytest
 from bridge.commands import keyfiles
 from bridge.commands.cli import StartupError, build_parser, settings_from
 from bridge.settings import Settings
-from tests.conftest import ROOT
+from tests.fixtures.bridges import ROOT
 
 
 def serve_settings(*argv: str) -> tuple[Settings, list[str]]:

@@ -3,7 +3,7 @@ under the signature, whole, together with the call entries; answers signed befor
 still check when they carry no rollout id.
 
 ``tests/fixtures/provenance/v1_answer*.json`` were signed by this project's ``attest`` as it was
-before the seal (format ``gym-mcp-bridge/provenance/v1``) under ``tests/conftest.py``'s ``SECRET``;
+before the seal (format ``gym-mcp-bridge/provenance/v1``) under ``tests/fixtures/bridges.py``'s ``SECRET``;
 the ``_with_rollout_id`` one carries the unsigned ``rollout_id`` that version added beside the MACs.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from bridge.calllog import ToolCallRecord
 from bridge.scoring import provenance
-from tests.conftest import ROOT, SECRET
+from tests.fixtures.bridges import ROOT, SECRET
 
 FIXTURES = ROOT / "tests" / "fixtures" / "provenance"
 SESSION = "5d1c0e8b7a6f4e3d9c2b1a0f8e7d6c5b"

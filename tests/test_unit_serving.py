@@ -5,7 +5,7 @@ pile up for the life of the process).
 
 The module's ``importlib`` is replaced by a recorder here: the real import happens once per process
 and has already happened in a test session. The real road, a spawned ``serve`` timed to ready, is
-``benchmarks/footprint.py`` (``tests/test_capacity.py::test_footprint_quick``)."""
+``benchmarks/footprint.py`` (``tests/test_bench_smoke.py::test_footprint_quick``)."""
 
 from __future__ import annotations
 

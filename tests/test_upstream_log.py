@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import HEADER, SECRET, BridgeProcess, counter_row
+from tests.fixtures.bridges import HEADER, SECRET, BridgeProcess, counter_row
 from tests.fixtures.helpers import bridge_log_problems, gym_response
 
 API_KEY = "upstream-log-api-key-" + "a" * 24

@@ -30,7 +30,7 @@ import pytest
 from bridge.settings import Settings
 from bridge.upstream import Upstream, UpstreamRequestRefused, UpstreamUnavailable
 from bridge.upstream.transport import KeepAlivePool, PoolStats
-from tests.conftest import free_port
+from tests.fixtures.bridges import free_port
 
 pytestmark = pytest.mark.anyio
 

@@ -22,11 +22,6 @@ from bridge.http.wire import CoalescingTransport, HttpProtocol
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Recording:
     """The transport under the wrapper: records each write (a stand-in: the count is the point)."""
 

@@ -39,7 +39,7 @@ from openai.types.responses import (  # noqa: E402
     ResponseOutputText,
 )
 
-from tests.conftest import BridgeProcess, gym_data  # noqa: E402
+from tests.fixtures.bridges import BridgeProcess, gym_data  # noqa: E402
 from tests.interop.client_names import CAPTURED, FIXTURES, bridge_env, invocation, write_fixture  # noqa: E402
 from tests.test_clients_codex import RecordingProxy, run_codex  # noqa: E402
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.conftest import BridgeProcess, gym_data  # noqa: E402
+from tests.fixtures.bridges import BridgeProcess, gym_data  # noqa: E402
 from tests.interop.client_names import CAPTURED, FIXTURES, bridge_env, invocation, write_fixture  # noqa: E402
 from tests.interop.node import ensure_packages  # noqa: E402
 from tests.test_clients_codex import (  # noqa: E402

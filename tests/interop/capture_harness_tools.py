@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.conftest import BridgeProcess, gym_data  # noqa: E402
+from tests.fixtures.bridges import BridgeProcess, gym_data  # noqa: E402
 from tests.interop.client_names import bridge_env, invocation  # noqa: E402
 from tests.interop.node import installed_cli  # noqa: E402
 

@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
+
+from tests.fixtures.bridges import uv
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / ".cache" / "gym-collect-env"
 REQUIREMENTS = Path(__file__).resolve().parent / "gym-collect-requirements.txt"
 STAMP = TARGET / ".gym-collect-stamp"
-
-
-def _uv() -> str:
-    found = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".cache" / "uv-venv" / "bin" / "uv")
-    assert Path(found).exists() or shutil.which(found), "uv is missing: run 'make setup'"
-    return found
 
 
 def ensure_collect_env() -> Path:
@@ -34,10 +29,10 @@ def ensure_collect_env() -> Path:
     stamp = f"{gym_stamp} {hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]}"
     if STAMP.exists() and STAMP.read_text().strip() == stamp:
         return TARGET / "bin"
-    env = {**os.environ, "UV": _uv(), "NEMO_GYM_VERSION": gym_stamp.split()[0]}
+    env = {**os.environ, "UV": uv(), "NEMO_GYM_VERSION": gym_stamp.split()[0]}
     for command in (
         [str(ROOT / "scripts" / "setup-gym-env.sh"), str(TARGET), python],
-        [_uv(), "pip", "install", "-q", "--python", str(TARGET / "bin" / "python"), "-r", str(REQUIREMENTS)],
+        [uv(), "pip", "install", "-q", "--python", str(TARGET / "bin" / "python"), "-r", str(REQUIREMENTS)],
         [str(TARGET / "bin" / "python"), "-c", "import nemo_gym.cli.eval"],
     ):
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)

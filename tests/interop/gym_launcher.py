@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from benchmarks.procs import free_port
-from tests.interop.stubs.common import counter_solution
+from tests.fixtures.harness import counter_solution
 from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,17 +19,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.fixtures.bridges import uv
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / ".cache" / "verifiers-env"
 REQUIREMENTS = Path(__file__).resolve().parent / "verifiers-requirements.txt"
 STAMP = TARGET / ".verifiers-env-stamp"
-
-
-def uv() -> str:
-    found = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".cache" / "uv-venv" / "bin" / "uv")
-    path = shutil.which(found) or found
-    assert Path(path).exists(), "uv is missing: run 'make setup'"
-    return str(Path(path).resolve())
 
 
 def ensure_verifiers_env() -> Path:

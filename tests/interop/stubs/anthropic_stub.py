@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub, StubHandler
+from tests.fixtures.harness import LocalStub, StubHandler
 
 Solution = list[tuple[str, dict[str, Any]]]
 

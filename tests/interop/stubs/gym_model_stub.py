@@ -6,7 +6,7 @@ row's first user message and the ``metadata`` tag ``stub_plan`` of its ``respons
 and answers with the next function call of that row's registered solution (the step is the
 number of ``function_call_output`` items already in the input), then with the plan's final text.
 Rows come from the shipped data: ``example_multi_step``'s recorded rollout calls,
-``workplace_assistant``'s ``ground_truth`` (``tests/interop/stubs/common.py``).
+``workplace_assistant``'s ``ground_truth`` (``tests/fixtures/harness.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub, StubHandler
+from tests.fixtures.harness import LocalStub, StubHandler
 
 Solution = list[tuple[str, dict[str, Any]]]
 PLAN_TAG = "stub_plan"

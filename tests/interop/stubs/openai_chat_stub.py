@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.interop.stubs.common import LocalStub, Solution, StubHandler
+from tests.fixtures.harness import LocalStub, Solution, StubHandler
 
 
 @dataclass
