@@ -55,7 +55,7 @@ fmt: setup
 	.venv/bin/ruff format bridge tests examples benchmarks tools
 
 # Every test (CI: .ci/run); `make test-fast` leaves out the slow roads, each a pytest marker
-# (pyproject.toml, tests/README.md): a few minutes instead of about forty.
+# (pyproject.toml, tests/README.md): about ten minutes on 2 cores instead of about forty.
 FAST := not docker and not launcher and not npm and not evaluator and not soak
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
