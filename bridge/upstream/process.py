@@ -322,11 +322,8 @@ class Upstream:
         via_httpx: bool = False,
     ) -> UpstreamResponse:
         budget = timeout if timeout is not None else self.settings.tool_timeout_s
-        url = self.url
-        if url is None:
-            raise UpstreamUnavailable(self.not_ready_reason or "upstream not started")
         try:
-            return await self.requests.send(url, "POST", path, body, headers, budget, via_httpx)
+            return await self._send("POST", path, body, headers, budget, via_httpx)
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
