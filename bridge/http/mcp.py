@@ -46,7 +46,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import __version__, admission, exactjson, retries
+from bridge import __version__, exactjson, retries
 from bridge.admission import Foreign, Rejected
 from bridge.http.forwarding import Forwarding
 from bridge.http.mcp_results import (
@@ -130,9 +130,8 @@ class McpEndpoint:
     def _verdict(self, token: str | None) -> Verdict:
         """The token's verified claims, or the refusal (``Foreign``: another replica's session,
         inside the peers) a call with it gets."""
-        bridge = self.bridge
         try:
-            return admission.verify_token(bridge.signer, bridge.peers, token)
+            return self.bridge.verify_token(token)
         except Rejected as exc:
             return exc
 
