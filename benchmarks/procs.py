@@ -220,13 +220,15 @@ def _wait_http(proc: Proc, url: str, timeout: float, poll: float = 0.01) -> floa
         time.sleep(poll)
 
 
-def start_upstream(workdir: Path, timeout: float = 240) -> Proc:
-    """The Gym counter server (nemo-gym 0.4.0) under ``bridge/upstream/boot.py``, serving."""
+def start_upstream(workdir: Path, timeout: float = 240, server: str = SERVER) -> Proc:
+    """A Gym resources server (nemo-gym 0.4.0; by default the counter, else ``server``, which may be
+    a ``module:Class`` of this project) under ``bridge/upstream/boot.py``, serving."""
     if not GYM_PYTHON.exists():
         raise BenchError(f"the Gym environment is missing ({GYM_PYTHON}); run 'make setup'")
     port_file, started = workdir / "upstream.port.json", time.monotonic()
-    options = ["--server", SERVER, "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
-    proc = _spawn("upstream", [str(GYM_PYTHON), str(BOOT), *options], workdir)
+    options = ["--server", server, "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    proc = _spawn("upstream", [str(GYM_PYTHON), str(BOOT), *options], workdir, env={"PYTHONPATH": path})
     try:
         info = wait_for_boot(proc.popen, port_file, proc.log, timeout)
     except BenchError:
@@ -244,10 +246,12 @@ def start_bridge(
     timeout: float = 240,
     env: dict[str, str] | None = None,
     command: list[str] | None = None,
+    port: int | None = None,
 ) -> Proc:
     """``gym-mcp-bridge serve`` (``command``, default ``BRIDGE``; external mode when ``upstream_url``
-    is given), once ready; ``extra['ready_s']``: spawn to the first 200 from ``/readyz``."""
-    started, port = time.monotonic(), free_port()
+    is given; on ``port``, else a free one), once ready; ``extra['ready_s']``: spawn to the first 200
+    from ``/readyz``. No session drain on SIGTERM unless ``env`` sets ``shutdown_grace_s``."""
+    started, port = time.monotonic(), port or free_port()
     argv = [
         *(command or BRIDGE),
         "serve",
@@ -259,7 +263,8 @@ def start_bridge(
         "warning",
     ]
     argv += ["--upstream-url", upstream_url] if upstream_url else []
-    proc = _spawn(name, argv, workdir, env={"GYM_MCP_BRIDGE_SECRET": SECRET, **(env or {})})
+    env = {"GYM_MCP_BRIDGE_SECRET": SECRET, "GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S": "0", **(env or {})}
+    proc = _spawn(name, argv, workdir, env=env)
     proc.url = f"http://127.0.0.1:{port}"
     _wait_http(proc, f"{proc.url}/readyz", timeout, poll=0.005)
     proc.extra["ready_s"] = time.monotonic() - started

@@ -11,6 +11,10 @@
     inflight    256 to 4,096 rollouts in flight on two replicas against Gym alone (benchmarks/soak.py)
     collector   Gym's own launcher and collector at scale through the bridge, every reward compared
                 with Gym's in-process MCP (benchmarks/collector.py)
+    rolling     every replica restarted in turn while rollouts with model time run, against the same
+                run with no restart (benchmarks/rolling.py)
+    long-tools  a step of long tool calls (1 s to 120 s, heavy-tailed) released together on two
+                replicas and on one, against Gym alone (benchmarks/long_tools.py)
 
 Each question takes ``--help``; each prints its table and writes its JSON (by default
 ``benchmarks/results/<question>.json``, the files docs/performance.md cites). Tables, intervals and
@@ -30,6 +34,8 @@ QUESTIONS = {
     "soak": ("benchmarks.soak", True),  # True: the module is told its question (soak.py answers two)
     "inflight": ("benchmarks.soak", True),
     "collector": ("benchmarks.collector", False),
+    "rolling": ("benchmarks.rolling", False),
+    "long-tools": ("benchmarks.long_tools", False),
 }
 
 

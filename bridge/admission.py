@@ -12,22 +12,17 @@ a metrics label and what the HTTP layer maps to a status.
 
 from __future__ import annotations
 
+import time
+
 from bridge.peers import Peers
-from bridge.sessions import (
-    Session,
-    SessionEnded,
-    SessionError,
-    SessionLost,
-    SessionRegistry,
-    released_reason,
-    restarted_reason,
-)
-from bridge.tokens import HEADER, Claims, ForeignIssuer, TokenError, TokenSigner
+from bridge.sessions import EXPIRED, Session, SessionEnded, SessionError, SessionLost, SessionRegistry
+from bridge.tokens import HEADER, Claims, ForeignIssuer, TokenError, TokenExpired, TokenSigner
 
 
 class Rejected(Exception):
     """Refused before reaching the upstream: a one-line ``reason`` and its ``kind`` (a metrics label,
-    and what the HTTP layer maps to a status code: ``bridge.http.responses.STATUS``)."""
+    what the HTTP layer maps to a status code, ``bridge.http.responses.STATUS``, and to Gym's failure
+    kind, ``bridge.failures.of``)."""
 
     def __init__(self, reason: str, kind: str, retry_after: int | None = None) -> None:
         super().__init__(reason)
@@ -45,9 +40,33 @@ class Foreign(Rejected):
         self.owner = owner
 
 
+def _at(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def restarted_reason(sid: str, issued_at: int, started_at: float) -> str:
+    """The refusal for a session this replica's previous process seeded (same key, same advertise
+    URL): its state lived in that process's memory."""
+    return (
+        f"session lost: session {sid} was seeded at {_at(issued_at)} by this replica's previous process, "
+        f"before this bridge restarted at {_at(started_at)} (the old process stopped before the session "
+        "finished: killed, or its shutdown grace period ended); its state is gone; seed a new session"
+    )
+
+
+def released_reason(sid: str, issued_at: int) -> str:
+    """The refusal for a session this process signed whose record is gone entirely (its tombstone
+    was released too): named, never re-created."""
+    return (
+        f"unknown session {sid} (its token was issued at {_at(issued_at)}): never seeded here, or it ended "
+        "(verified, closed, expired or released under state_budget_bytes) and its record was released; "
+        "seed a new session"
+    )
+
+
 def verify_token(signer: TokenSigner | None, peers: Peers, token: str | None) -> Claims:
     """The verified claims of a session token; ``Foreign`` for another replica's token inside the
-    peers, ``Rejected`` (missing, not_ready, token, peer) otherwise."""
+    peers, ``Rejected`` (missing, not_ready, token_expired, token, peer) otherwise."""
     if not token:
         raise Rejected(f"missing session token: send the {HEADER} header from /seed_session", "missing")
     if signer is None:
@@ -56,6 +75,8 @@ def verify_token(signer: TokenSigner | None, peers: Peers, token: str | None) ->
         return signer.verify(token)
     except ForeignIssuer as exc:
         raise foreign(peers, exc) from exc
+    except TokenExpired as exc:
+        raise Rejected(str(exc), "token_expired") from exc
     except TokenError as exc:
         raise Rejected(str(exc), "token") from exc
 
@@ -81,18 +102,22 @@ def admit(
     claims: Claims,
     tool: str | None = None,
     finished_ok: bool = False,
+    boot: str | None = None,
 ) -> Session:
     """The session verified ``claims`` name (on the upstream's ``generation``), and ``tool`` in its
     allow-list; Rejected otherwise. A finished session (its /verify answered) serves only
-    ``finished_ok`` requests: a repeated verify, close."""
+    ``finished_ok`` requests: a repeated verify, close. A token of another ``boot`` (this replica's
+    previous process) names a session that died with that process."""
+    if boot is not None and claims.boot is not None and claims.boot != boot:
+        raise Rejected(restarted_reason(claims.sid, claims.issued_at, started_at), "lost")
     try:
         session = sessions.get(claims.sid, generation, finished_ok)
     except SessionLost as exc:
         raise Rejected(str(exc), "lost") from exc
     except SessionEnded as exc:
-        raise Rejected(str(exc), "ended") from exc
+        raise Rejected(str(exc), "expired" if exc.why == EXPIRED else "ended") from exc
     except SessionError as exc:
-        if claims.issued_at < int(started_at):  # signed by us, before this process started
+        if claims.boot is None and claims.issued_at < int(started_at):  # an older token: by its time
             raise Rejected(restarted_reason(claims.sid, claims.issued_at, started_at), "lost") from exc
         raise Rejected(released_reason(claims.sid, claims.issued_at), "session") from exc
     if tool is not None and not claims.allows(tool, session.tool_names):

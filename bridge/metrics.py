@@ -1,11 +1,14 @@
 """Prometheus metrics (prometheus-client), one registry per app so tests can run several bridges.
 
-The app records into ``Metrics`` as requests pass; ``GET /metrics`` renders ``registry``.
+The app records into ``Metrics`` as requests pass; ``GET /metrics`` renders ``registry``. The
+connection pools are read when scraped (``watch_pool``): their connections, their queue depth and,
+as the histogram ``gym_mcp_bridge_connection_wait_seconds``, how long requests waited for a
+connection (the pools count the waits themselves: ``bridge.upstream.transport.WAIT_BUCKETS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -16,6 +19,12 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from bridge import failures
+
+WAIT_BUCKETS = (0.001, 0.01, 0.1, 1.0, 5.0, 30.0, 120.0, 600.0)  # transport.WAIT_BUCKETS (no import cycle)
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -67,7 +76,7 @@ class Metrics:
         )
         self.sessions_ended = Counter(
             "gym_mcp_bridge_sessions_ended",
-            "Sessions released, by why (closed, expired, evicted, lost)",
+            "Sessions released, by why (closed, expired, evicted, lost; shutdown: still open when the drain ended)",
             ["reason"],
             registry=r,
         )
@@ -95,10 +104,12 @@ class Metrics:
         self.sessions_created = Counter("gym_mcp_bridge_sessions_created", "Sessions seeded", registry=r)
         self.rejections = Counter(
             "gym_mcp_bridge_rejections",
-            "Requests refused before reaching the upstream, by reason",
+            "Requests the bridge refused by itself (before reaching the upstream, or an upstream that "
+            "timed out or could not be reached), by reason",
             ["reason"],
             registry=r,
         )
+        r.register(_ByFailureKind(self.rejections))
         self.verify_outcomes = Counter(
             "gym_mcp_bridge_verify", "Verify calls by outcome", ["outcome"], registry=r
         )
@@ -153,6 +164,7 @@ class Metrics:
         )
         ProcessCollector(registry=r)
         self._connection_sources: dict[str, Callable[[], Mapping[str, Any]]] = {}
+        r.register(_WaitHistogram(self._connection_sources))
 
         self._per_call: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
@@ -184,8 +196,76 @@ class Metrics:
         self.connections_limit.labels(pool).set_function(lambda: report()["limit"])
 
     def connection_report(self) -> dict[str, dict[str, Any]]:
-        """Every watched source's figures now, by pool (``/healthz``)."""
-        return {pool: dict(report()) for pool, report in self._connection_sources.items()}
+        """Every watched source's figures now, by pool (``/healthz``; the wait buckets left out)."""
+        return {
+            pool: {key: value for key, value in report().items() if key != "wait_counts"}
+            for pool, report in self._connection_sources.items()
+        }
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _WaitHistogram(Collector):
+    """``gym_mcp_bridge_connection_wait_seconds{pool}``: the requests that waited for a connection of
+    a bounded pool and for how long, read from each pool's counts (``wait_counts``, ``wait_seconds``)
+    when scraped."""
+
+    def __init__(self, sources: Mapping[str, Callable[[], Mapping[str, Any]]]) -> None:
+        self.sources = sources
+
+    def describe(self) -> list[HistogramMetricFamily]:
+        return [self._family()]
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(
+            "gym_mcp_bridge_connection_wait_seconds",
+            "Requests that waited for a connection of a bounded pool (upstream, peers; the queue), by "
+            "seconds waited; never counted against tool_timeout_s / verify_timeout_s",
+            labels=["pool"],
+        )
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = self._family()
+        for pool, report in self.sources.items():
+            figures = report()
+            counts = figures.get("wait_counts")
+            if counts is None:
+                continue
+            running, buckets = 0, []
+            for bound, count in zip((*map(str, WAIT_BUCKETS), "+Inf"), counts, strict=True):
+                running += count
+                buckets.append((bound, running))
+            family.add_metric([pool], buckets, float(figures.get("wait_seconds", 0.0)))
+        yield family
+
+
+class _ByFailureKind(Collector):
+    """``gym_mcp_bridge_refusals_total{failure_kind}``: the rejections counted by their Gym failure
+    kind (``bridge.failures.failure_kind`` of each reason), summed when scraped."""
+
+    def __init__(self, rejections: Counter) -> None:
+        self.rejections = rejections
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [self._family()]
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "gym_mcp_bridge_refusals",
+            "The rejections by failure kind, in NeMo Gym's shared vocabulary (nemo_gym.failure_kinds) or "
+            "gym_mcp_bridge:<kind>",
+            labels=["failure_kind"],
+        )
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        totals: dict[str, float] = {}
+        for metric in self.rejections.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    kind = failures.failure_kind(sample.labels["reason"])
+                    totals[kind] = totals.get(kind, 0.0) + sample.value
+        family = self._family()
+        for kind, value in sorted(totals.items()):
+            family.add_metric([kind], value)
+        yield family

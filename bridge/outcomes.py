@@ -3,7 +3,9 @@
 ``Bridge.call_tool`` turns the upstream's answer into a ``ToolOutcome``: ``answered`` for an HTTP
 answer of a Gym tool route, ``mcp_answered`` for a ``tools/call`` result of an MCP-native upstream,
 ``failed`` for a call the upstream never answered (or that was never sent). ``label`` names the
-outcome for metrics and traces. ``VerifyOutcome`` is the same for ``/verify``.
+outcome for metrics and traces. ``VerifyOutcome`` is the same for ``/verify``. A call the upstream
+never answered carries ``failure``: its name in Gym's words (``bridge.failures``); the upstream's own
+answers, errors included, carry none.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from bridge import exactjson
+from bridge import exactjson, failures
 from bridge.upstream import UpstreamRequestRefused, UpstreamResponse, UpstreamTimeout
 
 
@@ -26,6 +28,7 @@ class ToolOutcome:
     set_cookies: list[str]
     message: str  # what a model reads: the upstream's text, or why the call failed
     value: Any = None  # the upstream's JSON answer, when it is JSON
+    failure: failures.Failure | None = None  # a failure of the bridge's own making, in Gym's words
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,22 +80,34 @@ def mcp_answered(response: UpstreamResponse, text: str, is_error: bool, structur
 
 def failed(exc: Exception) -> ToolOutcome:
     """A call the upstream did not answer (or that was not sent): its reason, as an error."""
+    kind, reason = failure_name(exc), str(exc)
     return ToolOutcome(
-        status=_failure_status(exc),
-        body=orjson.dumps({"detail": str(exc)}),
+        status=failure_status(exc),
+        body=orjson.dumps(failures.refusal_body(reason, kind)),
         content_type="application/json",
         is_error=True,
         set_cookies=[],
-        message=str(exc),
+        message=reason,
+        failure=failures.of(kind, reason),
     )
 
 
-def _failure_status(exc: Exception) -> int:
+def failure_status(exc: Exception) -> int:
+    """The gateway status of a request the upstream did not answer (or that was not sent)."""
     if isinstance(exc, UpstreamTimeout):
         return 504
     if isinstance(exc, UpstreamRequestRefused):
         return 400
     return 502
+
+
+def failure_name(exc: Exception) -> str:
+    """The failure name (``bridge.failures.KINDS``) of a request the upstream did not answer."""
+    if isinstance(exc, UpstreamTimeout):
+        return "upstream_timeout"
+    if isinstance(exc, UpstreamRequestRefused):
+        return "upstream_refused"
+    return "upstream_unreachable"
 
 
 def label(outcome: ToolOutcome) -> str:

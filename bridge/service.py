@@ -7,7 +7,8 @@ contact), ``seed`` / ``call_tool`` / ``verify`` / ``forward`` talk to the upstre
 session's cookie jar, and the HTTP layer renders the outcome (``bridge.outcomes``). Nothing here
 chooses the HTTP status of a refusal (``Rejected`` carries a kind; a ``ToolOutcome`` carries the
 upstream's status, or the gateway status a call it never answered gets), nor knows routing, cookies
-of its own or JSON-RPC framing; name resolution and verify normalization are ``bridge.scoring``'s.
+of its own or JSON-RPC framing; name resolution and verify normalization are ``bridge.scoring``'s,
+reached for a verify through ``bridge.verifying`` (the body prepared, the upstream's answer finished).
 """
 
 from __future__ import annotations
@@ -21,18 +22,17 @@ from urllib.parse import urlsplit
 
 from opentelemetry.trace import SpanKind
 
-from bridge import admission, discovery, exactjson, outcomes, retries, rollouts, tracing
+from bridge import admission, discovery, exactjson, outcomes, retries, rollouts, tracing, verifying
 from bridge import tools as tools_mod
 from bridge.admission import Rejected
 from bridge.audit import AuditLog
 from bridge.calllog import ToolCallRecord
+from bridge.draining import RETRY_AFTER_S, Drain
 from bridge.metrics import Metrics
 from bridge.outcomes import ToolOutcome, VerifyOutcome
 from bridge.peers import Peers, default_peers
 from bridge.releasing import Releaser
 from bridge.retries import RetryKey, RetryRefused
-from bridge.scoring import provenance, trajectory
-from bridge.scoring import verify as verify_mod
 from bridge.sessions import (
     Session,
     SessionBudgetFull,
@@ -99,6 +99,7 @@ class Bridge:
             AuditLog(settings.audit_log, settings.audit_log_arguments) if settings.audit_log else None
         )
         self._peers: Peers | None = None
+        self.drain = Drain()  # after SIGTERM: no new sessions, the open ones served to their end
 
     # -- startup --------------------------------------------------------------------------------
 
@@ -157,8 +158,9 @@ class Bridge:
 
     def admit(self, claims: Claims, tool: str | None = None, finished_ok: bool = False) -> Session:
         """The session verified ``claims`` name, and ``tool`` in its allow-list (``admission.admit``)."""
+        boot = self.signer.boot if self.signer is not None else None
         return admission.admit(
-            self.sessions, self.upstream.generation, self.started_at, claims, tool, finished_ok
+            self.sessions, self.upstream.generation, self.started_at, claims, tool, finished_ok, boot
         )
 
     def foreign(self, exc: ForeignIssuer) -> Rejected:
@@ -184,6 +186,8 @@ class Bridge:
         forwarded: its name would otherwise become a request line to the upstream."""
         if self.toolsets is None or self.signer is None:
             raise Rejected(self.not_ready_reason() or "not ready", "not_ready", retry_after=1)
+        if self.drain.active:
+            raise Rejected(self.drain.reason(len(self.sessions)), "draining", retry_after=RETRY_AFTER_S)
         try:
             row_tools = tools_mod.from_row(row)
         except InvalidToolName as exc:
@@ -194,9 +198,13 @@ class Bridge:
             raise _no_room(exc) from exc
         generation = self.upstream.generation
         if "seed_session" in self.upstream_routes or self.toolsets.catch_all:
-            response = await self.upstream.post(
-                self._path("/seed_session", rollout), body, request_headers(cookie_header)
-            )
+            self.drain.seeding += 1  # a drain that begins now waits for the session this makes
+            try:
+                response = await self.upstream.post(
+                    self._path("/seed_session", rollout), body, request_headers(cookie_header)
+                )
+            finally:
+                self.drain.seeding -= 1
         else:  # Gym's GymnasiumServer has no /seed_session: its first call (/reset) opens its session
             response = UpstreamResponse(200, [(b"content-type", b"application/json")], b"{}")
         if not response.is_success:
@@ -220,6 +228,24 @@ class Bridge:
         self.metrics.sessions_created.inc()
         self.count_sessions()
         return response, session
+
+    def drain_reason(self) -> str | None:
+        """Why ``/readyz`` is 503 while this replica drains (None: not draining)."""
+        return self.drain.reason(len(self.sessions)) if self.drain.active else None
+
+    async def drain_sessions(self, grace_s: float) -> list[Session]:
+        """SIGTERM: refuse new seeds, serve the sessions held until each is finished or ``grace_s``
+        has passed; the ones still unfinished then (lost: named in the log, counted in /metrics)."""
+        self.drain.begin(grace_s)
+
+        def unfinished() -> list[Session]:
+            self.sessions.sweep(generation=self.upstream.generation)  # expired, or the upstream's lost
+            return self.sessions.unfinished()
+
+        left = await self.drain.wait(unfinished)
+        if left:
+            self.metrics.sessions_ended.labels("shutdown").inc(len(left))
+        return left
 
     def close(self, session: Session) -> None:
         self.sessions.close(session.sid)
@@ -248,7 +274,8 @@ class Bridge:
         """Call ``POST /<name>`` with the session's cookie and the arguments as sent (no schema check
         here: the model reads the upstream's own answer, its validation errors included, as over plain
         HTTP), capture cookie refreshes, log the call. The call runs in a task of its own: a caller
-        that goes away does not cancel it (the upstream may have applied it; the log must say so). A
+        that goes away does not cancel it (the upstream may have applied it; the log must say so), and a
+        ``/verify`` of the session waits for it. A
         call with a ``retry`` key runs once per key in its session (``bridge.retries``): a repeat gets
         the first answer, waiting for it while it runs."""
         if name not in session.toolset.tools:
@@ -266,6 +293,10 @@ class Bridge:
                 return await asyncio.shield(first.answer)
         call = self._call_tool(session, name, arguments, sent, transport, emitted, rollout)
         answer = asyncio.ensure_future(call)
+        if session.in_flight is None:  # held here until it ends: a /verify of the session waits for it
+            session.in_flight = set()
+        session.in_flight.add(answer)
+        answer.add_done_callback(session.in_flight.discard)
         if retry is not None:
             retries.remember(self.sessions, session, retry, name, digest, answer)
         return await asyncio.shield(answer)
@@ -287,10 +318,9 @@ class Bridge:
         started, clock = time.time(), time.perf_counter()
         native = name in self.mcp_native
         try:
-            if native:
-                timeout = self.settings.tool_timeout_s
+            if native:  # within tool_timeout_s of the upstream's time, when the operator set one
                 answer = await upstream_mcp.call(
-                    self.upstream, session.upstream_headers or {}, name, arguments, timeout
+                    self.upstream, session.upstream_headers or {}, name, arguments
                 )
                 outcome = outcomes.mcp_answered(*answer)
             else:
@@ -325,9 +355,11 @@ class Bridge:
         path: str,
         body: bytes,
         cookie_header: str,
-        timeout: float | None = None,
+        timeout: float | str | None = "tool_timeout_s",
         rollout: str | None = None,
     ) -> UpstreamResponse:
+        """POST to the upstream with the caller's cookie; ``timeout`` as ``Upstream.post`` takes it
+        (by default the operator's ``tool_timeout_s``, named in a refusal; unset: no limit)."""
         path = self._path(path, rollout)
         return await self.upstream.post(path, body, request_headers(cookie_header), timeout=timeout)
 
@@ -344,6 +376,10 @@ class Bridge:
             attributes["gym.rollout_id"] = rollouts.label(rollout)
         with tracing.span("verify", SpanKind.INTERNAL, **attributes):
             started = time.perf_counter()
+            if session is not None and session.in_flight:
+                # a call whose client gave up (cancelled, disconnected, timed out) still runs upstream:
+                # the score and the log wait for what it applied
+                await asyncio.wait(set(session.in_flight))
             if (
                 self.toolsets is not None
                 and not self.toolsets.catch_all
@@ -354,58 +390,22 @@ class Bridge:
                     "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
                     "no_verify",
                 )
-            view = None
-            if session is not None:
-                view = verify_mod.SessionView(
-                    session.row,
-                    session.calls,
-                    session.calls_served,
-                    session.tool_names,
-                    session.incomplete_reason(),
-                )
             aliases = {self.upstream.server_name, *self.settings.server_aliases}
             upstream_tools = self.toolsets.openapi.names if self.toolsets is not None else ()
-            try:
-                prepared = verify_mod.prepare(body, view, aliases, upstream_tools, self.provenance_places)
-            except verify_mod.VerifyRefused as exc:
-                raise Rejected(str(exc), exc.kind) from exc
-            for convention in prepared.names.conventions:
-                self.metrics.normalizations.labels(convention).inc()
+            places = self.provenance_places
+            prepared = verifying.prepared(body, session, aliases, upstream_tools, places, self.metrics)
             answer = await self.forward(
                 "/verify",
                 exactjson.dumps(prepared.scoring),
                 session.cookie if session is not None else cookies,
-                timeout=self.settings.verify_timeout_s,
+                timeout="verify_timeout_s",
                 rollout=rollout,
             )
             self.metrics.verify_latency.observe(time.perf_counter() - started)
             if answer.is_success and session is not None:  # the rollout is finished: see bridge.sessions
                 self.sessions.finish(session)
                 self.count_sessions()
-            try:
-                payload = answer.json() if answer.is_success else None
-            except ValueError:
-                payload = None
-            if not isinstance(payload, dict):
-                self.metrics.verify_outcomes.labels(
-                    "upstream_error" if not answer.is_success else "passthrough"
-                ).inc()
-                return VerifyOutcome(answer, None, None)
-            signed = None
-            if session is not None:
-                scored = provenance.scored_calls(trajectory.function_calls(prepared.response))
-                other = asked if asked is not None and asked != session.rollout_id else None
-                if other is not None:  # reported (signed), never a reason to change the reward
-                    hashed, shown = tracing.session_hash(session.sid), rollouts.label(other)
-                    log.info(
-                        "verify of session %s under another rollout id than its seed's: %r", hashed, shown
-                    )
-                signed = provenance.attest(
-                    session.sid, scored, session.calls, self.keys[0], session.rollout_id, other
-                )
-            payload, header = verify_mod.finish(prepared, payload, signed)
-            self.metrics.verify_outcomes.labels("never_ran" if prepared.never_ran else "scored").inc()
-            return VerifyOutcome(answer, payload, header)
+            return verifying.answered(answer, prepared, session, asked, self.keys[0], self.metrics)
 
     def count_sessions(self) -> None:
         """Session gauges from the registry; the sessions it ended by itself are released on the

@@ -65,25 +65,6 @@ def _at(when: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
-def restarted_reason(sid: str, issued_at: int, started_at: float) -> str:
-    """The refusal for a session this bridge's own key signed before this process started: the
-    sessions lived in the previous process's memory."""
-    return (
-        f"session lost: session {sid} was seeded at {_at(issued_at)}, before this bridge restarted at "
-        f"{_at(started_at)}; its state is gone; seed a new session"
-    )
-
-
-def released_reason(sid: str, issued_at: int) -> str:
-    """The refusal for a session this process signed whose record is gone entirely (its tombstone
-    was released too): named, never re-created."""
-    return (
-        f"unknown session {sid} (its token was issued at {_at(issued_at)}): never seeded here, or it ended "
-        "(verified, closed, expired or released under state_budget_bytes) and its record was released; "
-        "seed a new session"
-    )
-
-
 def ended_reason(sid: str, kind: str, when: float, budget: int) -> str:
     """One line naming a session that ended: which, when and why."""
     if kind == LOST:
@@ -105,7 +86,12 @@ class SessionLost(SessionError):
 
 
 class SessionEnded(SessionError):
-    """The session was closed, expired, released or finished: named, never re-created."""
+    """The session was closed, expired, released or finished: named, never re-created. ``why`` is
+    the tombstone's kind (``EXPIRED``, ...), None for a finished session."""
+
+    def __init__(self, reason: str, why: str | None = None) -> None:
+        super().__init__(reason)
+        self.why = why
 
 
 class SessionCapReached(Exception):
@@ -166,6 +152,7 @@ class Session:
     size: int = 0  # bytes charged to the registry's budget
     finished_at: float | None = None  # when its first /verify was answered
     retries: dict[str, Any] | None = None  # bridge.retries.Attempt by retry key, while unfinished
+    in_flight: set[Any] | None = None  # the tasks of its tool calls still running (a /verify waits)
 
     @property
     def calls(self) -> list[ToolCallRecord]:
@@ -245,6 +232,10 @@ class SessionRegistry:
         """Unfinished sessions (what ``max_sessions`` bounds)."""
         return len(self._open)
 
+    def unfinished(self) -> list[Session]:
+        """The unfinished sessions, oldest first (a copy)."""
+        return list(self._open.values())
+
     def __contains__(self, sid: object) -> bool:
         """Whether ``sid`` names a session still held, unfinished or finished."""
         return sid in self._open or sid in self._finished
@@ -318,11 +309,11 @@ class SessionRegistry:
             if tomb is None:
                 raise SessionError(f"unknown session {sid} (never seeded here, or released)")
             reason = ended_reason(sid, tomb.kind, tomb.at, self.budget_bytes)
-            raise SessionLost(reason) if tomb.kind == LOST else SessionEnded(reason)
+            raise SessionLost(reason) if tomb.kind == LOST else SessionEnded(reason, tomb.kind)
         now = time.time()
         if session.expires_at <= now:
             self._end(session, EXPIRED, now)
-            raise SessionEnded(ended_reason(sid, EXPIRED, now, self.budget_bytes))
+            raise SessionEnded(ended_reason(sid, EXPIRED, now, self.budget_bytes), EXPIRED)
         if session.generation != generation:
             self._end(session, LOST, now)
             raise SessionLost(LOST_REASON)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import resource
 import secrets as _secrets
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,10 +23,14 @@ DEFAULT_SERVER = "example_session_state_mgmt"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 ToolSource = Literal["row", "openapi"]
+# Settings that only a managed upstream reads: refused beside upstream_url rather than ignored.
+MANAGED_ONLY = ("resources_server", "upstream_host", "upstream_port", "gym_envs_dir", "restart_upstream")
 MIN_KEY_BYTES = 32  # HS256 keys shorter than the hash output weaken it (RFC 7518 section 3.2)
 MAKE_KEY = "openssl rand -hex 32"
 # Values the project's own examples ship in place of a key: a deployment that kept one is refused.
 DEFAULT_STATE_BUDGET_BYTES = 128 * 1024 * 1024
+UPSTREAM_SHARE = 4  # by default the upstream's pool may hold a quarter of the open-file limit
+PEER_SHARE = 16  # and each owner replica's a sixteenth
 MIN_STATE_BUDGET_BYTES = 1024 * 1024
 PLACEHOLDER_KEYS = frozenset(
     {"REPLACE-ME-with-the-output-of-openssl-rand-hex-32", "REPLACE-ME-with-another-openssl-rand-hex-32"}
@@ -83,8 +88,25 @@ class Settings(BaseSettings):
         "when unfinished sessions alone fill it (default: 128 MiB, or a quarter of the container's memory "
         "limit when that is smaller)",
     )
-    tool_timeout_s: float = Field(60.0, gt=0, description="budget of one upstream tool call")
-    verify_timeout_s: float = Field(300.0, gt=0, description="budget of one upstream /verify")
+    tool_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="the operator's limit on the upstream's time for one tool call or seed (default: none, "
+        "as Gym's own clients set none); the bridge's own waiting (a connection, a forward) never counts, and "
+        "a call past it is refused naming it",
+    )
+    verify_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="the same limit for one /verify or /aggregate_metrics (default: none; a judge may take minutes)",
+    )
+    progress_interval_s: float = Field(
+        5.0,
+        ge=0.1,
+        le=3600,
+        description="seconds between MCP notifications/progress on a tools/call that carries a progressToken "
+        "and runs longer than this (its answer then comes as an SSE stream)",
+    )
     api_key: SecretStr | None = Field(
         None, description="when set, required as 'Authorization: Bearer' on the Gym REST surface"
     )
@@ -132,17 +154,18 @@ class Settings(BaseSettings):
         "(http://*.bridge.ns.svc:8000); any loopback name, any port, for a loopback URL; else its host, "
         "any port",
     )
-    upstream_connections: int = Field(
-        256,
+    upstream_connections: int | None = Field(
+        None,
         ge=1,
-        description="connections to the upstream open at once; a call past them waits for one (queued, "
-        "within its budget), never fails for it",
+        description="connections to the upstream open at once, fixed; a call past them waits for one (queued) "
+        "as long as it takes, never fails for it (default: adaptive, from 256 up to a quarter of the raised "
+        "open-file limit while the upstream keeps up with the calls waiting)",
     )
-    peer_connections: int = Field(
-        128,
+    peer_connections: int | None = Field(
+        None,
         ge=1,
-        description="connections to each other replica open at once (forwarding); a request past them "
-        "waits for one (queued, within its budget)",
+        description="connections to each other replica open at once, for forwarding (default: a sixteenth "
+        "of the open-file limit); a request past them waits for one (queued), never fails for it",
     )
     max_calls_logged: int = Field(10000, ge=0, description="tool calls kept per session for verify")
     max_session_log_bytes: int = Field(
@@ -158,7 +181,13 @@ class Settings(BaseSettings):
         "the logs they miss are incomplete",
     )
     restart_upstream: bool = Field(True, description="restart a crashed managed upstream (with backoff)")
-    shutdown_grace_s: float = Field(60.0, ge=0, description="drain time for in-flight calls on SIGTERM")
+    shutdown_grace_s: float = Field(
+        600.0,
+        ge=0,
+        description="after SIGTERM, how long the sessions this replica holds are served to their end (it takes "
+        "no new ones) before it exits; set the orchestrator's grace period (stop_grace_period, "
+        "terminationGracePeriodSeconds) about 20 s above it; 0: stop at once",
+    )
     listen_when_ready: bool = Field(
         False,
         description="accept connections only once the upstream is ready and the tools are loaded (for launchers "
@@ -225,6 +254,16 @@ class Settings(BaseSettings):
             raise ValueError("give secret or secret_file, not both")
         if self.secret_file is not None and not self.secret_file.is_file():
             raise ValueError(f"secret_file {self.secret_file} does not exist")
+        if self.upstream_url is not None:
+            # An external upstream is already running: a managed-mode option beside it would be
+            # ignored without a word. (gym_python is not one: the image sets it for every mode.)
+            ignored = [name for name in MANAGED_ONLY if name in self.model_fields_set]
+            if ignored:
+                given = ", ".join(f"--{n.replace('_', '-')} / {ENV_PREFIX}{n.upper()}" for n in ignored)
+                raise ValueError(
+                    f"--upstream-url / {ENV_PREFIX}UPSTREAM_URL (a server already running) conflicts with {given} "
+                    "(managed mode: a server the bridge starts), which would be ignored; give one or the other"
+                )
         return self
 
     @property
@@ -267,10 +306,26 @@ class Settings(BaseSettings):
         budget = DEFAULT_STATE_BUDGET_BYTES
         return max(MIN_STATE_BUDGET_BYTES, min(budget, limit // 4)) if limit else budget
 
+    def connection_bounds(self, open_files: int | None = None) -> tuple[int, int]:
+        """(upstream_connections, peer_connections): the settings, else shares of ``open_files`` (the
+        soft open-file limit now, which ``serve`` has raised to the hard one): a quarter to the
+        upstream and a sixteenth to each owner replica, so the upstream, four owners at their bounds
+        and as many client connections fit (``bridge.limits.connection_budget``)."""
+        files = soft_open_files() if open_files is None else open_files
+        upstream = self.upstream_connections or max(16, files // UPSTREAM_SHARE)
+        peers = self.peer_connections or max(8, files // PEER_SHARE)
+        return upstream, peers
+
     def resolved_gym_python(self) -> Path:
         if self.gym_python is not None:
             return self.gym_python
         return PROJECT_ROOT / ".gym-env" / "bin" / "python"
+
+
+def soft_open_files() -> int:
+    """This process's soft ``RLIMIT_NOFILE`` now (unlimited: 1,048,576, Linux's usual ceiling)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1_048_576 if soft == resource.RLIM_INFINITY else soft
 
 
 def memory_limit(

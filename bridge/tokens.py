@@ -4,8 +4,9 @@
 id), ``iss`` (this replica's advertise URL), ``aud`` (the server name), ``iat``, ``exp`` and
 the session's tool allow-list: ``tools`` (the names) when they fit ``INLINE_TOOLS_BYTES``, else
 ``tools_sha256`` (a digest of the names, checked against the session's tool set), so a row with
-hundreds of tools still gets a token that fits a header. The upstream cookie never goes into a
-token.
+hundreds of tools still gets a token that fits a header, and ``boot`` (the issuing process's random
+boot id, ``BOOT_ID``): a replica that restarts under the same advertise URL tells a session of the
+process it replaced from one it never had. The upstream cookie never goes into a token.
 ``TokenSigner.verify`` checks, in order: size, signature under any of the configured keys (the
 first key signs; the rest allow rotation), expiry and not-before, audience, issuer. Each failure
 raises ``TokenError`` with its own one-line reason; a token that verifies but names another replica
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -31,10 +33,15 @@ _RAW_HEADER = HEADER.lower().encode("latin-1")
 MAX_TOKEN_BYTES = 8192
 INLINE_TOOLS_BYTES = 2048  # a larger allow-list travels as its digest
 _CACHE_SIZE = 16384
+BOOT_ID = secrets.token_hex(8)  # this process's: sessions live in its memory and die with it
 
 
 class TokenError(Exception):
     """A token was refused; str(exc) is the one-line reason given to the client."""
+
+
+class TokenExpired(TokenError):
+    """The token's ``exp`` has passed: its session expired with it."""
 
 
 class ForeignIssuer(TokenError):
@@ -55,6 +62,7 @@ class Claims:
     expires_at: int
     tools: tuple[str, ...] | None  # None when the token carries the allow-list's digest instead
     tools_sha256: str | None = None
+    boot: str | None = None  # the issuing process's boot id (None: a token from before the claim)
 
     def allows(self, tool: str, session_tools: tuple[str, ...]) -> bool:
         """Whether ``tool`` is in the allow-list the token was issued with."""
@@ -68,12 +76,13 @@ def tools_digest(tools: tuple[str, ...]) -> str:
 
 
 class TokenSigner:
-    def __init__(self, keys: list[str], issuer: str, audience: str) -> None:
+    def __init__(self, keys: list[str], issuer: str, audience: str, boot: str = BOOT_ID) -> None:
         if not keys:
             raise ValueError("at least one signing key is needed")
         self._keys = keys
         self.issuer = issuer
         self.audience = audience
+        self.boot = boot
         self._cache: OrderedDict[str, Claims] = OrderedDict()
         self._foreign: OrderedDict[str, Claims] = OrderedDict()  # verified, issued by other replicas
 
@@ -86,6 +95,7 @@ class TokenSigner:
             "iat": issued,
             "nbf": issued,
             "exp": issued + int(ttl_s),
+            "boot": self.boot,
         }
         if len(json.dumps(list(tools))) <= INLINE_TOOLS_BYTES:
             payload["tools"] = list(tools)
@@ -100,11 +110,11 @@ class TokenSigner:
             if cached.expires_at > now:
                 return cached
             del self._cache[token]
-            raise TokenError("session token expired")
+            raise TokenExpired("session token expired")
         claims = self._foreign.get(token)
         if claims is not None and claims.expires_at <= now:
             del self._foreign[token]
-            raise TokenError("session token expired")
+            raise TokenExpired("session token expired")
         if claims is None:
             claims = self._decode(token)
             cache = self._cache if claims.issuer == self.issuer else self._foreign
@@ -146,7 +156,7 @@ class TokenSigner:
             except jwt.InvalidSignatureError:
                 continue
             except jwt.ExpiredSignatureError as exc:
-                raise TokenError("session token expired") from exc
+                raise TokenExpired("session token expired") from exc
             except jwt.ImmatureSignatureError as exc:
                 raise TokenError("session token is not valid yet (nbf/iat in the future)") from exc
             except jwt.MissingRequiredClaimError as exc:
@@ -167,6 +177,9 @@ class TokenSigner:
             raise TokenError("session token has a malformed tools claim")
         if digest is not None and not isinstance(digest, str):
             raise TokenError("session token has a malformed tools_sha256 claim")
+        boot = payload.get("boot")
+        if boot is not None and not isinstance(boot, str):
+            raise TokenError("session token has a malformed boot claim")
         return Claims(
             sid=str(payload["sid"]),
             issuer=str(payload["iss"]),
@@ -175,6 +188,7 @@ class TokenSigner:
             expires_at=int(payload["exp"]),
             tools=tuple(tools) if tools is not None else None,
             tools_sha256=digest if tools is None else None,
+            boot=boot,
         )
 
 

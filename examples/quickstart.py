@@ -11,7 +11,9 @@ key compose generated (``docker compose exec -T bridge gym-mcp-bridge show-confi
 only when ``--url`` is that deployment: a loopback address on the port its ``bridge`` service
 publishes. A found key is never sent to any other URL; the quickstart says which it did.
 
-Seeds a session from the first row of Gym's ``example_session_state_mgmt`` data ("add 1 then add
+It plays Gym's counter environment, ``example_session_state_mgmt`` (the bridge's default, what
+``make run`` serves), and refuses a bridge that serves another one, in one line naming the fix.
+Seeds a session from the first row of that environment's data ("add 1 then add
 2 then get the count", starting at 3), lists the session's tools over MCP, calls them as an agent
 would, and asks the bridge to score the rollout from its own record of the calls. Prints each step
 and the reward (1.0: the counter ended at the row's expected_count, 6). Exit 0 on reward 1.0; any
@@ -70,6 +72,7 @@ ROW = {
     "expected_count": 6,
     "initial_count": 3,
 }
+ENVIRONMENT = "example_session_state_mgmt"  # the counter: the only environment ROW is a row of
 REPO = Path(__file__).resolve().parent.parent
 SHOW_CONFIG = "docker compose exec bridge gym-mcp-bridge show-config"
 
@@ -206,6 +209,25 @@ def check_ready(http: httpx.Client, url: str) -> dict[str, Any]:
     return dict(health.json()) if health.status_code == 200 else {}
 
 
+def check_environment(http: httpx.Client, url: str, health: dict[str, Any]) -> None:
+    """Failed unless the bridge at url serves the counter (by name, or by its two tools when it was
+    given another --server-name)."""
+    served = str((health.get("upstream") or {}).get("server_name") or "an unknown environment")
+    if served == ENVIRONMENT:
+        return
+    try:
+        document = http.get("/openapi.json")
+        paths = set(document.json().get("paths") or {}) if document.status_code == 200 else set()
+    except (httpx.HTTPError, ValueError, AttributeError):
+        paths = set()
+    if {"/increment_counter", "/get_counter_value"} <= paths:
+        return
+    raise Failed(
+        f"the bridge at {url} serves {served}, but this quickstart plays the counter environment "
+        f"({ENVIRONMENT}): start one with `make run` (no ARGS) and retry, or pass --url of a bridge serving it"
+    )
+
+
 def seed(http: httpx.Client, url: str, key: str | None, key_from: str) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {key}"} if key else {}
     answer = http.post("/seed_session", json=ROW, headers=headers)
@@ -263,7 +285,9 @@ async def play(url: str, seeded: dict[str, Any], key: str | None) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=f"{(__doc__ or '').splitlines()[0]} It plays the counter environment ({ENVIRONMENT})."
+    )
     parser.add_argument(
         "--url",
         "--bridge-url",
@@ -284,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         key, key_from = api_key_from(args)
         with httpx.Client(base_url=url, timeout=60) as http:
             health = check_ready(http, url)
+            check_environment(http, url, health)
             if key is None and health.get("rest_auth") == "api_key":
                 key, key_from = compose_api_key(url)
                 if key is not None:

@@ -45,6 +45,8 @@ SERVICE_LEVEL = frozenset(
         "sessions",
         "retries",
         "releasing",
+        "draining",
+        "verifying",
         "tokens",
         "tools",
         "calllog",
@@ -57,7 +59,9 @@ SERVICE_LEVEL = frozenset(
     )
 )
 # import nothing of bridge/; all may import
-LEAVES = frozenset({"bridge.rollouts", "bridge.exactjson", "bridge.limits", "bridge.throttle"})
+LEAVES = frozenset(
+    {"bridge.rollouts", "bridge.exactjson", "bridge.limits", "bridge.throttle", "bridge.failures"}
+)
 ENTRY_POINTS = frozenset({"bridge", "bridge.__main__"})  # the version string, and ``python -m bridge``
 # modules of bridge/upstream others may import as modules (the rest: names from ``bridge.upstream``)
 UPSTREAM_MODULES = frozenset({"bridge.upstream.mcp", "bridge.upstream.cookies", "bridge.upstream.envs"})

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import calls, collector, footprint, procs, run
+from benchmarks import calls, collector, footprint, long_tools, procs, run
 from benchmarks.floors import NGINX
 from benchmarks.procs import free_port
 from tests.fixtures.bridges import ROOT
@@ -206,3 +206,66 @@ def test_free_ports_lie_below_the_ephemeral_range() -> None:
     for port in ports[:20]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))  # and nothing listens there
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(300)
+def test_long_tools_quick(tmp_path: Path) -> None:
+    """``make bench ARGS=long-tools`` in small: Gym alone, two replicas and one in the same run, every
+    rollout exact, every call in the upstream at once on each path (the fixture's own count), none
+    queued in a bridge, and each figure there: speed and p99 against Gym alone, bridge CPU, the
+    descriptors before, at the peak and after."""
+    out = tmp_path / "long-tools.json"
+    argv = [
+        "--rollouts",
+        "12",
+        "--min-s",
+        "0.5",
+        "--max-s",
+        "2",
+        "--cpu-durations",
+        "0.5,1",
+        "--cpu-rollouts",
+        "6",
+    ]
+    ran = _bench("long-tools", *argv, "--json", str(out), timeout=280)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "every reward exact: True" in ran.stdout
+    report = json.loads(out.read_text())
+    assert [s["path"] for s in report["steps"]] == ["gym", "x2", "x1"]
+    for step in report["steps"]:
+        assert step["lost"] == 0 and step["upstream_peak"] == 12 and step["p99_s"] >= step["p50_s"] > 0
+        assert step["makespan_vs_gym"] > 0 and step["p99_vs_gym"] > 0
+    for step in report["steps"][1:] + report["cpu_by_duration"]:
+        assert step["cpu_ms"] > 0 and step["queued"] == 0
+        for bridge in step["fds"].split("/"):
+            before, peak, after = map(int, bridge.split("-"))
+            assert peak >= before > 0 and after > 0
+    assert [s["rollouts"] for s in report["cpu_by_duration"]] == [6, 6]
+
+
+def test_a_lost_rollout_fails_long_tools(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The reward is read back: verifies that expect two calls where each rollout made one score 0.0,
+    every rollout of every path is counted lost with its reason, and the run exits 1."""
+    monkeypatch.setattr(
+        long_tools, "VERIFY", long_tools.VERIFY.replace(b'"expected_count":1', b'"expected_count":2')
+    )
+    out = tmp_path / "long-tools.json"
+    argv = ["--rollouts", "4", "--min-s", "0.1", "--max-s", "0.3", "--cpu-durations", "", "--json", str(out)]
+    assert run.main(["long-tools", *argv]) == 1
+    report = json.loads(out.read_text())
+    assert report["exact"] is False
+    assert [(s["lost"], s["reasons"]) for s in report["steps"]] == [(4, {"verify reward 0.0": 4})] * 3
+
+
+def test_long_tools_draws_heavy_tailed_durations_the_same_each_run() -> None:
+    """The step's durations: seeded (every path gets the same), within the bounds, heavy-tailed."""
+    drawn = long_tools.durations(4096, 1.0, 120.0, 1.0, seed=7)
+    assert (
+        drawn
+        == long_tools.durations(4096, 1.0, 120.0, 1.0, seed=7)
+        != long_tools.durations(4096, 1.0, 120.0, 1.0, 8)
+    )
+    assert min(drawn) >= 1.0 and max(drawn) <= 120.0
+    ordered = sorted(drawn)  # the median about 2 s, the slowest 1 % past 40 s
+    assert ordered[len(drawn) // 2] < 3 and ordered[-len(drawn) // 100] > 40

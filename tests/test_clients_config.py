@@ -61,7 +61,8 @@ def connection(client: str, out: str, server: str) -> tuple[str, dict[str, str]]
         assert argv[5] == server
         name, value = argv[argv.index("--header") + 1].split(": ", 1)
         mcp_json = json.loads(out[out.index("{") :])
-        assert mcp_json["mcpServers"][server] == {"type": "http", "url": argv[6], "headers": {name: value}}
+        entry = mcp_json["mcpServers"][server]
+        assert entry == {"type": "http", "url": argv[6], "headers": {name: value}, "timeout": 3600000}
         return argv[6], {name: value}
     if client == "gemini":
         entry = json.loads(out)["mcpServers"][server]
@@ -190,6 +191,8 @@ def test_renderers_from_a_seed_response() -> None:
         "[mcp_servers.example_session_state_mgmt]\n"
         'url = "http://bridge:8000/mcp"\n'
         'http_headers = { "X-NeMo-Gym-Session-Token" = "TOKEN" }\n'
+        "# the limit on one tool call, in seconds (Codex's default: 60)\n"
+        "tool_timeout_sec = 3600\n"
         "# `codex exec` cannot ask for approval: pre-approve this server's tools\n"
         'default_tools_approval_mode = "approve"\n'
     )
@@ -202,13 +205,42 @@ def test_renderers_from_a_seed_response() -> None:
             "gym": {
                 "httpUrl": "http://bridge:8000/mcp",
                 "headers": {HEADER: "TOKEN"},
-                "timeout": 60000,
+                "timeout": 3600000,
                 "trust": True,
             }
         }
     }
-    assert "params={'url': 'http://bridge:8000/mcp', 'headers': {'X-NeMo-Gym-Session-Token': 'TOKEN'}}" in (
-        client_config.render_agents_sdk(metadata)
+    assert (
+        "params={'url': 'http://bridge:8000/mcp', 'headers': {'X-NeMo-Gym-Session-Token': 'TOKEN'}, "
+        "'sse_read_timeout': 3600.0}" in client_config.render_agents_sdk(metadata)
     )
     # a server name that is not a bare TOML key is quoted
     assert client_config.render_codex(metadata, "my.server").startswith('[mcp_servers."my.server"]')
+
+
+def test_tool_timeout_is_written_in_each_harness_own_key_and_unit(counter_bridge: BridgeProcess) -> None:
+    """``--tool-timeout SECONDS``: one option, each harness's own key and unit (docs/clients.md says
+    where each harness reads it)."""
+    written: dict[str, str] = {}
+    for client in ("codex", "claude-code", "gemini", "agents-sdk", "opencode", "kilocode", "cline"):
+        out = cli(
+            "--client", client, "--bridge-url", counter_bridge.url,
+            "--row-json", json.dumps(counter_row(1)), "--tool-timeout", "90",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        written[client] = out.stdout
+    server = "example_session_state_mgmt"
+    assert tomllib.loads(written["codex"])["mcp_servers"][server]["tool_timeout_sec"] == 90.0
+    assert "\nexport MCP_TOOL_TIMEOUT=90000\n" in written["claude-code"]
+    claude = written["claude-code"]
+    assert json.loads(claude[claude.index("{") :])["mcpServers"][server]["timeout"] == 90000
+    assert json.loads(written["gemini"])["mcpServers"][server]["timeout"] == 90000
+    assert "client_session_timeout_seconds=90.0" in written["agents-sdk"]
+    assert "'sse_read_timeout': 90.0" in written["agents-sdk"]
+    for client in ("opencode", "kilocode"):
+        assert json.loads(written[client])["mcp"][server]["timeout"] == 90000
+    cline = written["cline"]
+    assert json.loads(cline[cline.index("{") :])["mcpServers"][server]["timeout"] == 90
+
+    refused = cli("--client", "codex", "--tool-timeout", "0")
+    assert refused.returncode == 2 and "--tool-timeout: must be between 1 and" in refused.stderr

@@ -6,7 +6,8 @@ docs/clients.md "With Gym's own agents"), so a user who wants them on a bridge c
 directly. Expected values come from the CLIs themselves:
 
 * Cline: ``cline mcp add ... --yes`` (the command line client-config prints, run as printed) writes
-  its own settings file; that file must equal the settings JSON client-config printed beside it.
+  its own settings file; that file must equal the settings JSON client-config printed beside it,
+  less the server's ``timeout`` (the tool-call limit), which the command line has no flag for.
 * OpenCode and Kilo Code: the printed ``opencode.json`` / ``kilo.json`` placed in a project folder;
   ``<cli> mcp list`` there must report the server connected (it initializes and lists the session's
   tools over streamable HTTP), and report it failed once the session token is replaced by one the
@@ -73,6 +74,9 @@ def test_cline_writes_the_settings_client_config_prints(
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     written = json.loads((tmp_path / ".cline" / "data" / "settings" / "cline_mcp_settings.json").read_text())
+    # the printed file is the written one plus the tool-call limit, which the command line cannot set
+    # (its schema maps "timeout", seconds, to the server's timeoutSeconds)
+    assert printed["mcpServers"][SERVER].pop("timeout") == 3600
     assert written == printed
     assert written["mcpServers"][SERVER]["transport"]["headers"][HEADER]
 

@@ -83,14 +83,14 @@ def gym_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             proc.wait()
 
 
-def run_example(python: Path, *args: str, timeout: float = 600) -> list[dict[str, Any]]:
-    """``examples/evaluator/evaluate.py`` in the Evaluator's environment; its JSON lines."""
+def run_example(python: Path, *args: str, timeout: float = 600, code: int = 0) -> list[dict[str, Any]]:
+    """``examples/evaluator/evaluate.py`` in the Evaluator's environment (exiting ``code``); its JSON lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     env["GYM_MCP_BRIDGE_SECRET"] = SECRET  # for a bridge the Evaluator starts
     result = subprocess.run(
         [str(python), str(EXAMPLE), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-6000:])
+    assert result.returncode == code, (result.stdout[-3000:], result.stderr[-6000:])
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
@@ -126,10 +126,11 @@ def test_native_seed_and_verify_with_the_key_in_the_url_answer_as_gym_alone(
         assert bridged == expected, (bridged, expected)  # every row, and the summary
         # Gym's answer passed through: the Evaluator's own envelope is what nemo-gym 0.4.0 refuses
         assert {row.get("status") for row in expected[:-1]} == {422}, expected
-        # without the key, or with a wrong one, the bridge refuses; Gym is not reached
+        # without the key, or with a wrong one, the bridge refuses; Gym is not reached; no row is
+        # scored, so the example exits 2 and prints no summary
         for url in (bridge.url, with_key(bridge.url, "not-the-key")):
-            refused = run_example(evaluator_python, "--resources-url", url, "--data", data)
-            assert {row.get("status") for row in refused[:-1]} == {401}, refused
+            refused = run_example(evaluator_python, "--resources-url", url, "--data", data, code=2)
+            assert {row.get("status") for row in refused} == {401}, refused
         assert API_KEY not in bridge.log()
     finally:
         bridge.stop()

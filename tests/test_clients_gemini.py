@@ -39,6 +39,7 @@ from tests.fixtures.harness import (
     record_names,
     verify,
 )
+from tests.fixtures.helpers import shared_progress_bridge, slow_row, upstream_counts
 from tests.interop.node import installed_cli
 from tests.interop.stubs.gemini_stub import StubGeminiApi
 from tests.test_clients_codex import run_codex
@@ -55,10 +56,10 @@ def gemini() -> Iterator[str]:
 
 
 def run_gemini(
-    gemini: str, row: dict[str, Any], solution: Solution, bridge_url: str, tmp: Path
+    gemini: str, row: dict[str, Any], solution: Solution, bridge_url: str, tmp: Path, *options: str
 ) -> tuple[StubGeminiApi, list[dict[str, Any]], str, str]:
-    """``.gemini/settings.json`` as client-config prints it, then ``gemini -p``."""
-    settings = json.loads(client_config("gemini", bridge_url, row))
+    """``.gemini/settings.json`` as client-config (with ``options``) prints it, then ``gemini -p``."""
+    settings = json.loads(client_config("gemini", bridge_url, row, *options))
     [(server, entry)] = settings["mcpServers"].items()
     home, work = tmp / "home", tmp / "work"
     (home / ".gemini").mkdir(parents=True)
@@ -191,3 +192,32 @@ def test_gemini_workplace_assistant_scores_like_native(
     assert wrong["reward"] == 0.0 == native_reward(upstream, other, solution)
     tools = [t["name"] for t in row["responses_create_params"]["tools"]]
     record_names("gemini-cli", NAMES, server, tools, stub.emitted, [tool for tool, _ in solution], NOTE)
+
+
+def test_gemini_waits_for_a_long_call_as_long_as_client_config_lets_it(
+    gemini: str, log_dir: Path, tmp_path: Path
+) -> None:
+    """Gemini CLI sends a progressToken on every call and honors the per-server ``timeout`` (ms) that
+    ``client-config --tool-timeout`` writes, as an absolute limit. A 4 s call under a 2 s limit is an
+    error the model reads (and the upstream still runs it to its end, once, logged in the session);
+    under a 30 s limit it completes, streamed with progress."""
+    bridge = shared_progress_bridge(log_dir)
+    solution: Solution = [("slow_tool", {"seconds": 4.0})]
+    outcomes = {}
+    for limit in ("2", "30"):
+        before = upstream_counts(upstream_url(bridge)).get("POST /slow_tool", 0)
+        _, events, _, token = run_gemini(
+            gemini, slow_row("slow_tool"), solution, bridge.url, tmp_path / limit, "--tool-timeout", limit
+        )
+        [result] = [e for e in events if e.get("type") == "tool_result"]
+        outcomes[limit] = result
+        # the call given up on runs to its end upstream, once: /verify waits for it
+        recorded = verify(bridge.url, token, {"trajectory": {"format": "recorded"}})
+        assert upstream_counts(upstream_url(bridge)).get("POST /slow_tool", 0) == before + 1
+        assert recorded["_bridge"]["recorded_tool_calls"] == 1
+        [output] = [
+            i["output"] for i in recorded["response"]["output"] if i["type"] == "function_call_output"
+        ]
+        assert json.loads(output) == {"slept": 4.0}
+    assert outcomes["2"]["status"] == "error" and "timed out" in json.dumps(outcomes["2"]).lower()
+    assert outcomes["30"]["status"] == "success" and json.loads(outcomes["30"]["output"]) == {"slept": 4.0}

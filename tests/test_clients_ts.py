@@ -4,19 +4,22 @@
 it under ``.cache/interop/`` (npm download cache in ``.cache/npm``) and runs ``client.mjs``, which
 connects over streamable HTTP with the session header, lists the tools and calls them. Nothing of
 the bridge's own Python client code is involved, so a protocol detail the Python SDK tolerates
-and the TypeScript SDK does not would fail here.
+and the TypeScript SDK does not would fail here. A call longer than the SDK's request timeout
+completes when ``resetTimeoutOnProgress`` lets the bridge's progress stream restart the timer.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row
+from tests.fixtures.helpers import shared_progress_bridge, slow_row
 from tests.interop.node import Installed, ensure_packages
 
 pytestmark = pytest.mark.npm
@@ -103,3 +106,35 @@ def test_ts_sdk_sees_refusals_as_errors(ts_sdk: Installed, counter_bridge: Bridg
     assert forged["list_error"]["code"] == -32001
     assert forged["calls"][0]["isError"] is True
     assert "malformed" in forged["calls"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def slow_bridge(log_dir: Path) -> BridgeProcess:
+    """The fault fixture (``slow_tool``), sending progress every 0.3 s."""
+    return shared_progress_bridge(log_dir)
+
+
+def test_ts_sdk_waits_for_a_long_call_when_progress_resets_its_timeout(
+    ts_sdk: Installed, slow_bridge: BridgeProcess
+) -> None:
+    """A 2 s call under a 1 s request timeout: with ``resetTimeoutOnProgress`` the SDK's timer restarts
+    on each progress notification and the call completes; without it the same call times out."""
+    mcp = slow_bridge.seed(slow_row("slow_tool"))["mcp"]
+    call = {"name": "slow_tool", "arguments": {"seconds": 2.0}}
+    out = run_client(
+        ts_sdk,
+        mcp["url"],
+        mcp["headers"],
+        [
+            {**call, "options": {"timeout": 1000, "resetTimeoutOnProgress": True}},
+            {**call, "options": {"timeout": 1000}},
+        ],
+    )
+    saved, lost = out["calls"]
+    assert saved["structuredContent"] == {"slept": 2.0} and saved["ms"] >= 2000
+    assert len(saved["progress"]) >= 4
+    values = [p["progress"] for p in saved["progress"]]
+    assert values == sorted(set(values)) and all("total" not in p for p in saved["progress"])
+    assert all(p["message"].startswith("upstream tool running") for p in saved["progress"])
+    assert lost["error"]["code"] == -32001 and "timed out" in lost["error"]["message"], lost
+    assert 1000 <= lost["ms"] < 2000

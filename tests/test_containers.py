@@ -149,7 +149,8 @@ def test_bad_secret_file_is_a_clear_startup_error(
 
 
 def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) -> None:
-    """SIGTERM during an in-flight tools/call: the call completes, the container exits 0, nothing is left."""
+    """SIGTERM during an in-flight tools/call: the call completes, the session stays served until it is
+    closed, then the container exits 0 by itself, nothing is left."""
     with running(engine, image, secret) as box:
         health = box.wait_ready()
         upstream_pid = health["upstream"]["pid"]
@@ -190,6 +191,14 @@ def test_sigterm_drains_inflight_call(engine: Engine, image: str, secret: Path) 
         assert not caller.is_alive(), "the in-flight call never finished"
         assert "error" not in outcome, f"{outcome.get('error')!r}\n{box.logs()}"
         assert result_json(outcome["results"][0]) == {"success": True}
+        # The session is still open: the bridge drains it (its sessions, not just its calls) until
+        # it is finished, then exits by itself.
+        time.sleep(1.0)
+        assert box.status() == "running", f"the bridge must wait for the open session:\n{box.logs()}"
+        closed = httpx.post(
+            f"{box.base_url}/close_session", json={}, headers={**box.auth(), **headers}, timeout=30
+        )
+        assert closed.status_code == 200, closed.text
 
         exit_status = box.container.wait(timeout=60)
         TIMINGS["sigterm_to_exit_s"] = time.monotonic() - t0

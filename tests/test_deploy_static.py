@@ -22,7 +22,14 @@ from typing import Any
 import pytest
 import yaml
 
+from bridge.commands.cli import REQUEST_DRAIN_S
+from bridge.settings import Settings
+from bridge.upstream.child import STOP_GRACE_S
+
 ROOT = Path(__file__).resolve().parent.parent
+# What an orchestrator's grace period needs beyond the bridge's session drain: answers in flight,
+# then the managed upstream's stop.
+DRAIN_MARGIN_S = REQUEST_DRAIN_S + STOP_GRACE_S
 K8S = ROOT / "examples" / "kubernetes"
 BIN = Path(sys.executable).parent
 
@@ -170,12 +177,25 @@ def test_compose_default_profile() -> None:
     assert "GYM_MCP_BRIDGE_API_KEY" not in bridge["environment"]
     assert "GYM_MCP_BRIDGE_UPSTREAM_URL" not in bridge["environment"], "default = managed mode"
     assert bridge.get("read_only") is True and bridge.get("cap_drop") == ["ALL"]
-    grace = bridge["stop_grace_period"]  # e.g. "1m0s"
-    minutes, _, seconds = grace.rstrip("s").partition("m")
-    assert 60 * float(minutes or 0) + float(seconds or 0) > float(
-        bridge["environment"]["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"]
-    ), "the drain finishes before compose kills the container"
     assert "args" not in bridge["build"], "unset build arguments leave the Dockerfile's pinned defaults"
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration as ``docker compose config`` renders it (``10m20s``, ``1m0s``, ``45s``)."""
+    minutes, _, seconds = duration.rstrip("s").partition("m")
+    return 60 * float(minutes or 0) + float(seconds or 0)
+
+
+def test_compose_grace_periods_hold_the_session_drain() -> None:
+    """Every bridge service drains for the bridge's default grace, and compose waits for the drain:
+    stop_grace_period is the grace plus a margin for the answers in flight and the upstream's stop."""
+    cfg = compose_config("--profile", "replicas", "--profile", "sidecar")
+    grace = Settings.model_fields["shutdown_grace_s"].default
+    for name in ("bridge", "replica", "bridge-sidecar"):
+        service = cfg["services"][name]
+        assert float(service["environment"]["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"]) == grace, name
+        margin = _seconds(service["stop_grace_period"]) - grace
+        assert DRAIN_MARGIN_S <= margin <= 30, f"{name}: stop_grace_period is the grace + {margin:g}s"
 
 
 def test_compose_passes_no_key_variable_and_the_quickstart_gets_the_api_key_only() -> None:
@@ -405,8 +425,14 @@ def test_probes_and_drain() -> None:
     env = {e["name"]: e.get("value") for e in bridge["env"]}
     sleep = int(bridge["lifecycle"]["preStop"]["exec"]["command"][-1])
     drain = float(env["GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S"])
-    assert drain >= 60, "the drain budget covers a tool call (tool_timeout_s defaults to 60)"
-    assert pod["terminationGracePeriodSeconds"] > sleep + drain, "preStop + drain fit in the grace period"
+    assert drain == Settings.model_fields["shutdown_grace_s"].default, "the bridge's default session drain"
+    margin = pod["terminationGracePeriodSeconds"] - sleep - drain
+    assert DRAIN_MARGIN_S <= margin <= 30, f"preStop + drain + {margin:g}s is the pod's grace period"
+    # the resources server waits for the bridge's whole drain, and no longer than the pod may live
+    waits = re.search(r"deadline = time.time\(\) \+ (\d+)", gym_prestop)
+    assert waits is not None and sleep + drain <= int(waits[1]) < pod["terminationGracePeriodSeconds"]
+    headless = k8s_docs()["Service/gym-mcp-bridge-headless"]["spec"]
+    assert headless["publishNotReadyAddresses"] is True, "a draining pod's name keeps resolving"
 
 
 def test_pod_hardening_and_resources() -> None:

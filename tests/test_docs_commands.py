@@ -5,9 +5,10 @@ either ``<!-- run: ID -->`` (run here by the test that owns ID, ``RUNS``) or ``<
 (what this machine lacks: a model, a cluster, a hosted CLI login, ...). A block with neither fails
 ``test_every_shell_block_is_run_or_says_why``.
 
-How a block is run: as one bash script from the project root, with ``.venv/bin`` first on ``PATH``.
-The documented port 8000 becomes a free port (in the text and in the expected output), so that a
-deployment on this machine is never met. In a ``console`` block, ``$ `` starts a command (``\\``
+How a block is run: as one bash script from the project root, with ``.venv/bin`` first on ``PATH``
+(the blocks themselves name ``.venv/bin/...``: test_documented_executables_are_reachable_as_written).
+The documented port (8000, or the block's own 80xx) becomes a free port (in the text and in the
+expected output), so that a deployment on this machine is never met. In a ``console`` block, ``$ `` starts a command (``\\``
 continues it) and the lines after it up to the next command are its expected output, compared exactly
 after that substitution and with session tokens (``eyJ...``) written as ``<token>``: the sample
 outputs in the docs are what a run prints. ``make TARGET`` lines are checked against the Makefile's
@@ -16,8 +17,10 @@ targets rather than rerun (``make setup`` built this checkout).
 Roads: the bridge from a fresh ``make setup`` (its CLI: ``serve``, the ``curl`` rollout with a key,
 ``client-config``, ``show-config``), Gym's launcher (marker ``launcher``: nemo-gym 0.7.0's ``gym env
 start`` and ``ng_collect_rollouts``, with a stub model as ``<model URL>``), and Docker Compose (marker
-``docker``: the image the suite builds, tagged as compose's). Every relative link in those files names
-a file that exists.
+``docker``: the image the suite builds, tagged as compose's) and NeMo Evaluator (marker ``evaluator``:
+examples/evaluator/README.md in the Evaluator's environment). Every relative link in those files names
+a file that exists; every setting is in docs/reference.md's table; what the blocks write is ignored by
+git; a bridge a block leaves running has a port of its own and is waited for.
 """
 
 from __future__ import annotations
@@ -102,8 +105,14 @@ def marked(run_id: str) -> list[Block]:
 # -- running a block ---------------------------------------------------------------------------------
 
 
+DOC_PORT = re.compile(r"(?<=[:\s=])80\d\d\b")
+
+
 def on_port(text: str, port: int) -> str:
-    return re.sub(r"(?<=[:\s=])8000\b", str(port), text)
+    """``text`` with the one port it documents (8000, or a port of its own such as 8010) as ``port``."""
+    documented = set(DOC_PORT.findall(text))
+    assert len(documented) <= 1, f"a block run on one port documents several: {sorted(documented)}"
+    return DOC_PORT.sub(str(port), text)
 
 
 @dataclass
@@ -149,7 +158,7 @@ def bash_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def workdir(tmp: Path) -> Path:
     """A folder standing for the project root, where a block may write its files: the checkout's
     ``.venv`` and ``examples`` linked in."""
-    for name in (".venv", ".gym-env", ".gym-env-0.7.0", "examples"):
+    for name in (".venv", ".gym-env", ".gym-env-0.7.0", "examples", ".cache"):
         if (ROOT / name).exists() and not (tmp / name).exists():
             (tmp / name).symlink_to(ROOT / name)
     return tmp
@@ -220,6 +229,7 @@ RUNS = {
     "replay": "the replay recipe of docs/scoring.md, every reward as recorded",
     "gym-launcher": "Gym's launcher and collector (marker launcher)",
     "compose": "docker compose (marker docker)",
+    "evaluator": "examples/evaluator/README.md in NeMo Evaluator's environment, one shell (marker evaluator)",
 }
 # blocks another test file runs as written: run id -> that test
 ELSEWHERE = {
@@ -283,6 +293,105 @@ def _makefile() -> str:
     return (ROOT / "Makefile").read_text()
 
 
+def commands_of(block: Block) -> list[str]:
+    """The block's commands as a reader types them: a console block's ``$ `` lines (continuations
+    joined), any other block's lines; comments left out."""
+    if block.lang == "console":
+        return [c.text.replace("\\\n", " ") for c in console_commands(block.text)]
+    return logical_lines(block.text)
+
+
+# a command word: at the start, after a shell operator or an opening quote (a command given to a
+# shell, as --serve 'exec ...'), past VAR=value assignments and `exec`
+COMMAND_WORD = re.compile(
+    r"(?:^|[;&|(`'\"]|\$\()\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:exec\s+)?([^\s;&|()'\"]+)"
+)
+NOT_ON_PATH = {"gym-mcp-bridge", "python", "python3", "pip", "pip3"}  # make setup puts them in .venv/bin
+
+
+def test_documented_executables_are_reachable_as_written() -> None:
+    """From a fresh clone after ``make setup`` nothing is on PATH but what the system had: the bridge's
+    CLI and Python are ``.venv/bin/...`` (inside a container, ``docker ... exec <service>`` runs the
+    image's own)."""
+    bare = []
+    for block in all_blocks():
+        for command in commands_of(block):
+            if re.match(r"\s*docker\b", command):
+                continue  # `docker compose exec bridge gym-mcp-bridge ...`: the container's PATH
+            words = set(COMMAND_WORD.findall(command))
+            if words & NOT_ON_PATH:
+                bare.append(f"{block.where}: {command.strip()[:100]}")
+    assert bare == [], "commands a fresh clone does not have on PATH (use .venv/bin/...):\n" + "\n".join(bare)
+
+
+def background_bridges() -> list[tuple[Block, int | None, str]]:
+    """(block, port, command) of every ``gym-mcp-bridge serve ... &`` the docs start and keep running."""
+    found = []
+    for block in all_blocks():
+        exported = re.search(r"GYM_MCP_BRIDGE_PORT=(\d+)", block.text)
+        for command in commands_of(block):
+            if "gym-mcp-bridge serve" in command and command.rstrip().endswith("&"):
+                port = re.search(r"--port\s+(\d+)", command) or exported
+                found.append((block, int(port[1]) if port else None, command))
+    return found
+
+
+def test_bridges_started_in_the_background_have_ports_of_their_own_and_are_waited_for() -> None:
+    """The README's ``make run`` keeps serving :8000 while its reader goes on: a block that starts a
+    bridge and goes on names a port no other doc uses, and waits for that bridge's /readyz."""
+    started = background_bridges()
+    assert len(started) >= 4, started
+    owner: dict[int, Path] = {}
+    for block, port, command in started:
+        assert port is not None and port != 8000, (
+            f"{block.where}: `{command}` serves on :8000, as `make run` does"
+        )
+        assert owner.setdefault(port, block.path) == block.path, (
+            f"port {port}: {owner[port]} and {block.where}"
+        )
+        after = block.text[block.text.index(command.split(" &")[0][-30:]) :]
+        assert f"localhost:{port}/readyz" in after, f"{block.where}: nothing waits for the bridge on :{port}"
+
+
+def created_paths(block: Block) -> list[str]:
+    """Files and folders a block writes, relative to where it runs: redirect targets, ``mkdir``,
+    ``--out``/``CODEX_HOME``/state-dir values, Gym's ``output_jsonl_fpath``; a folder ends in ``/``."""
+    found: list[str] = []
+    for command in commands_of(block):
+        found += re.findall(r"(?<![0-9&])>{1,2}\s*([\w.$/-]+)", command)
+        found += [f"{d}/" for d in re.findall(r"mkdir\s+(?:-p\s+)?([\w./-]+)", command)]
+        found += [f"{d}/" for d in re.findall(r"(?:_DIR|_HOME|--out)[= ](?:\$PWD/)?([\w./-]+)", command)]
+        found += re.findall(r"output_jsonl_fpath=([\w./-]+)", command)
+    return [p for p in found if not p.startswith(("/", "$", "-")) and p != "/dev/null"]
+
+
+def test_files_the_documented_commands_write_are_ignored_by_git() -> None:
+    """Keys, tokens and session state the blocks write in the project root (``api-key``, ``key.txt``,
+    ``seed.json``, ``state/``, ``.gemini/``, ...) are never picked up by ``git add .``."""
+    paths = {p for block in all_blocks() for p in created_paths(block)}
+    assert {"api-key", "key.txt", "seed.json", "state/", ".gemini/settings.json"} <= paths, paths
+    probe = sorted(p + "x" if p.endswith("/") else p for p in paths)  # a file inside each folder
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    ignored = set(done.stdout.split())
+    assert [p for p in probe if p not in ignored] == [], "written by the docs, not in .gitignore"
+
+
+def test_every_setting_is_in_the_reference_settings_table() -> None:
+    """docs/reference.md's Configuration table names every field of the settings model, by its flag,
+    in its first column (the model read now: settings added later fail here until documented)."""
+    from bridge.settings import Settings
+
+    text = (ROOT / "docs" / "reference.md").read_text()
+    table = text[text.index("## Configuration") :].split("\n## ", 1)[0]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    flags = set(re.findall(r"`(--[a-z0-9-]+)`", "".join(first_cells)))
+    wanted = {"--" + name.replace("_", "-") for name in Settings.model_fields}
+    assert sorted(wanted - flags) == [], "settings missing from docs/reference.md's table"
+    assert sorted(flags - wanted) == [], "rows for settings the model does not have"
+
+
 # -- the bridge's own road: serve, the curl rollout, client-config, show-config ------------------------
 
 
@@ -320,6 +429,28 @@ def test_rollout_by_hand(tmp_path: Path) -> None:
     """The block starts its own bridge with a key (on a free port) and plays one rollout with curl."""
     for block in marked("by-hand"):
         run_block(block, free_port(), bash_env(), cwd=workdir(tmp_path), timeout=240)
+
+
+def test_a_by_hand_bridge_whose_port_is_taken_says_so(counter_bridge: BridgeProcess, tmp_path: Path) -> None:
+    """The by-hand block with its port already served by a bridge without a key (the reader's `make
+    run`, say): the block's own bridge stops at once with one line and exit 2, and the block's first
+    check (a request without the key is refused: 401) shows that another server answers there, before
+    any rollout step."""
+    commands = console_commands(on_port(marked("by-hand")[0].text, counter_bridge.port))
+    check = next(i for i, c in enumerate(commands) if c.expected == ["401"])
+    marker = f"@@docs-{uuid.uuid4().hex}@@"
+    script = "\n".join(f"printf '\\n{marker}\\n'\n{c.text}" for c in commands[: check + 1])
+    done = run_script(
+        f'{script}\nwait $! || echo "bridge exit $?"', bash_env(), workdir(tmp_path), timeout=120
+    )
+    outputs = done.stdout.split(f"{marker}\n")[1:]
+    failure = [line for line in done.stderr.splitlines() if line.startswith("gym-mcp-bridge:")]
+    assert failure == [
+        f"gym-mcp-bridge: port {counter_bridge.port} on 127.0.0.1 is already in use; pass --port or stop the "
+        "other process"
+    ], done.stderr
+    assert "Traceback" not in done.stderr and "bridge exit 2" in done.stdout, done.stdout + done.stderr
+    assert normalized(outputs[check]) != ["401"], outputs  # the keyless bridge took the request
 
 
 def test_client_config_blocks(keyed_bridge: BridgeProcess, tmp_path: Path) -> None:
@@ -487,6 +618,7 @@ def test_compose_blocks(docker_engine: Any, docker_image: str, tmp_path: Path) -
 
     clone = tmp_path / "gym-mcp-bridge"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    (clone / ".venv").symlink_to(ROOT / ".venv")  # `make setup` in the clone: its .venv/bin/python
     port = free_port()
     project = f"gmbdocs{uuid.uuid4().hex[:8]}"
     compose = " ".join(shlex.quote(part) for part in compose_command())
@@ -511,6 +643,42 @@ def test_compose_blocks(docker_engine: Any, docker_image: str, tmp_path: Path) -
         )
 
 
+# -- NeMo Evaluator ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.evaluator
+@pytest.mark.timeout(1200)
+def test_evaluator_blocks(tmp_path: Path) -> None:
+    """examples/evaluator/README.md as a reader runs it: its first block (the Evaluator's environment,
+    built by ``make evaluator-env``'s script) then each later block, in one shell, the bridge on a free
+    port in place of the documented one. Each exits 0; the rows are scored (Gym's 422 on nemo-gym
+    0.4.0, as against Gym alone) and the summary printed; the key never shows."""
+    setup = subprocess.run(
+        [str(ROOT / "scripts" / "setup-evaluator-env.sh")], capture_output=True, text=True, timeout=900
+    )
+    assert setup.returncode == 0, setup.stderr[-4000:]
+    blocks = marked("evaluator")
+    assert all(b.path == ROOT / "examples" / "evaluator" / "README.md" for b in blocks)
+    first = "\n".join(ln for ln in blocks[0].text.splitlines() if not ln.lstrip().startswith("make "))
+    assert "make evaluator-env" in blocks[0].text and len(blocks) >= 3
+    work = workdir(tmp_path)
+    for block in blocks[1:]:
+        text = on_port(block.text, free_port())
+        done = run_script(f"{first}\n{text}", bash_env(), work, timeout=600)
+        assert done.returncode == 0, (
+            f"{block.where}: exit {done.returncode}\n{done.stdout}\n{done.stderr[-4000:]}"
+        )
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        summaries = [line["summary"] for line in lines if "summary" in line]
+        if "--data" in text:
+            assert summaries and summaries[0]["rows"] == 5, done.stdout
+        if "--list-tools" in text:
+            assert any("tools" in line for line in lines), done.stdout
+        if (work / "key.txt").exists():
+            key = (work / "key.txt").read_text().strip()
+            assert key not in done.stdout + done.stderr
+
+
 RUNNERS: dict[str, Callable[..., None]] = {
     "quickstart": test_quickstart_output_is_what_a_run_prints,
     "by-hand": test_rollout_by_hand,
@@ -521,4 +689,5 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "kustomize": test_kustomize_blocks,
     "gym-launcher": test_gym_launcher_recipe,
     "compose": test_compose_blocks,
+    "evaluator": test_evaluator_blocks,
 }

@@ -5,9 +5,10 @@ request is sent twice, once through ``endpoint.app`` (the fast path's triage) an
 ``endpoint.sdk_app`` (the SDK), on two sessions seeded alike, and the HTTP status, content type and
 JSON body must match -- for both protocol eras (no version header, each handshake revision, and
 2026-07-28 with its envelope and routing headers), for successes and for every refusal. Requests the
-fast path must not answer itself (other methods, notifications, batches, a mismatched routing header,
-``_meta`` on the handshake wire, a wrong Accept) must reach the SDK: ``endpoint.fast_calls`` says which
-path answered.
+fast path must not answer itself (other methods, notifications, a mismatched routing header,
+``_meta`` on the handshake wire, a wrong Accept) must reach the SDK, and batches and ids neither string
+nor integer are refused before it (``http/jsonrpc.py``): ``endpoint.fast_calls`` says which path
+answered.
 """
 
 from __future__ import annotations
@@ -192,6 +193,11 @@ async def _refusals_alike(harness: Harness, version: str | None) -> None:
         same(fast, sdk)
         assert took_fast
         assert fast.json()["result"]["isError"] is True
+        assert fast.json()["result"]["_meta"]["failure_kind"] in (
+            "gym_mcp_bridge:token_missing",
+            "gym_mcp_bridge:token_invalid",
+            "session_lost",
+        )
     # a Bearer token is accepted on /mcp as well
     bearer = {**headers, "authorization": f"Bearer {token}"}
     fast, sdk, took_fast = await harness.both(
@@ -207,10 +213,6 @@ async def test_everything_else_goes_to_the_sdk(harness: Harness) -> None:
     sdk_cases: list[tuple[Any, dict[str, str]]] = [
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, {}),
         ({"jsonrpc": "2.0", "method": "notifications/initialized"}, {}),
-        ([call("get_counter_value", {}, 1)], {}),  # a batch
-        (call("get_counter_value", {}, None), {}),  # null id
-        (call("get_counter_value", {}, True), {}),  # bool id
-        (call("get_counter_value", {}, 1.5), {}),  # float id
         (call("get_counter_value", {}, 1, {"progressToken": 3}), {}),  # _meta on the handshake wire
         (call("get_counter_value", {}, 1, META), {}),  # a modern envelope on the handshake wire
         (call("get_counter_value", [1], 1), {}),  # arguments not an object
@@ -233,10 +235,19 @@ async def test_everything_else_goes_to_the_sdk(harness: Harness) -> None:
         fast, sdk, took_fast = await harness.both(message, headers, token, token)
         assert not took_fast, message
         assert fast.status_code == sdk.status_code and fast.text == sdk.text, (message, fast.text, sdk.text)
-    # transport-level refusals: the SDK answers them on both paths
-    for headers in ({"accept": "text/event-stream"}, {"content-type": "text/plain"}):
-        fast, sdk, took_fast = await harness.both(call("get_counter_value", {}, 1), headers, token, token)
-        assert not took_fast and fast.status_code == sdk.status_code, headers
+    # no message MCP takes: refused before the SDK (tests/test_jsonrpc_validation.py has the rest)
+    for message in (
+        [call("get_counter_value", {}, 1)],
+        *(call("get_counter_value", {}, i) for i in (None, True, 1.5)),
+    ):
+        fast, sdk, took_fast = await harness.both(message, {}, token, token)
+        assert not took_fast and fast.status_code == 400, (message, fast.text)
+        assert fast.json()["error"]["code"] == -32600 and fast.json()["id"] is None
+    # transport-level refusals: the SDK answers a wrong Accept on both paths
+    fast, sdk, took_fast = await harness.both(
+        call("get_counter_value", {}, 1), {"accept": "text/event-stream"}, token, token
+    )
+    assert not took_fast and fast.status_code == sdk.status_code == 406
     fast = await harness.fast.post(
         "/mcp",
         content=b"{not json",

@@ -36,6 +36,8 @@ import pytest
 
 from bridge import limits
 from bridge.http.accept import Acceptor
+from bridge.settings import Settings
+from bridge.upstream.transport import MAX_IDLE
 from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, free_port
 from tests.fixtures.helpers import (
     MCP_HEADERS,
@@ -180,9 +182,11 @@ async def test_rollouts_in_flight_on_two_replicas_under_a_small_soft_limit_are_e
     )
     expected = await gym_alone(gym_upstream().url, ROLLOUTS)
 
+    upstream_bound, peer_bound = Settings.model_validate({}).connection_bounds(hard)  # shares of the limit
     for bridge in (a, b):  # raised, and inherited by the Gym server it spawned
         assert bridge.proc is not None
         assert f"open files: soft limit raised from {OPEN_FILES} to {hard}" in bridge.log(), bridge.log()
+        assert f"{upstream_bound} to the upstream, {peer_bound} to each other replica" in bridge.log()
         child = bridge.health()["upstream"]["pid"]
         assert nofile(bridge.proc.pid) == (hard, hard) and nofile(child) == (hard, hard)
 
@@ -198,11 +202,14 @@ async def test_rollouts_in_flight_on_two_replicas_under_a_small_soft_limit_are_e
     for bridge in (a, b):
         assert metric(bridge, "gym_mcp_bridge_forwarded_total", outcome="relayed") > 0
         assert metric(bridge, "gym_mcp_bridge_accept_failures") == 0
-        # the burst is over: each pool keeps at most an eighth of its bound idle, not hundreds
+        # the burst is over: each pool keeps at most an eighth of its bound idle (MAX_IDLE at most)
         connections = bridge.health()["connections"]
-        assert connections["upstream"]["idle"] <= 256 // 8 and connections["peers"]["idle"] <= 128 // 8
+        assert connections["upstream"]["limit"] == upstream_bound
+        assert connections["upstream"]["idle"] <= min(MAX_IDLE, upstream_bound // 8)
+        assert connections["peers"]["idle"] <= min(MAX_IDLE, peer_bound // 8)
         assert connections["upstream"]["queued"] == connections["peers"]["queued"] == 0
-        assert connections["clients"]["open"] <= 64, connections  # the other replica's idle ones, this one
+        # this one, and the other replica's idle connections to it (at most its peers' max_idle)
+        assert connections["clients"]["open"] <= min(MAX_IDLE, peer_bound // 8) + 64, connections
         assert "Too many open files" not in bridge.log() and not bridge_log_problems(bridge.log())
     report(
         capsys,
@@ -219,7 +226,7 @@ async def test_a_bridge_that_cannot_raise_its_limit_queues_connections_and_says_
     client_descriptors(2 * count + 256)
     bridge: BridgeProcess = spawn_bridge(["--upstream-connections", "8"], open_files=160, hard_open_files=160)
     assert "open files: soft limit 160 (hard limit 160), not raised" in bridge.log()
-    budget = limits.connection_budget(160, 8, 128)
+    budget = limits.connection_budget(160, *Settings(upstream_connections=8).connection_bounds(160))
     assert f"at most {budget} client connections open at once" in bridge.log()
     expected = await gym_alone(gym_upstream().url, count)
 

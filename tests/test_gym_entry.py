@@ -37,7 +37,8 @@ def test_listen_when_ready_refuses_until_a_seed_can_be_served(tmp_path: Path) ->
     proc = subprocess.Popen(
         [*BRIDGE, "serve", "--port", str(port), "--listen-when-ready"],
         cwd=ROOT,
-        env={**os.environ, "GYM_MCP_BRIDGE_SECRET": SECRET},
+        # the seeded session is left open: no session drain on the SIGTERM below
+        env={**os.environ, "GYM_MCP_BRIDGE_SECRET": SECRET, "GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S": "0"},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -86,7 +87,7 @@ def test_listen_when_ready_start_failure_is_one_line_and_never_listens(tmp_path:
     assert not answered
     # the reason in one line (the upstream's log tail follows it, indented)
     (reason,) = [line for line in err.splitlines() if line.startswith("gym-mcp-bridge: ")]
-    assert "upstream no_such_env exited with code 2" in reason, err
+    assert "upstream no_such_env: no bundled Gym environment named 'no_such_env'" in reason, err
     assert "Traceback" not in err
 
 

@@ -31,12 +31,14 @@ def run_serve(
 
 def test_unknown_environment_is_reported_at_once_with_exit_code_and_log_tail() -> None:
     started = time.monotonic()
-    result = run_serve("--port", str(free_port()), "--resources-server", "no_such_env")
+    result = run_serve("--port", str(free_port()), "--resources-server", "no_such_module:Server")
     elapsed = time.monotonic() - started
     assert result.returncode == 2
     line = result.stderr.strip().splitlines()
-    assert line[0].startswith("gym-mcp-bridge: upstream no_such_env exited with code 2"), result.stderr
-    assert "no bundled Gym environment named 'no_such_env'" in result.stderr
+    assert line[0].startswith("gym-mcp-bridge: upstream no_such_module:Server exited with code 2"), (
+        result.stderr
+    )
+    assert "cannot import no_such_module" in result.stderr
     assert "Traceback" not in result.stderr
     assert elapsed < 60, "an early death must be reported at once, not after the startup budget"
 

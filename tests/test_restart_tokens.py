@@ -62,20 +62,31 @@ async def test_token_seeded_before_a_restart_is_lost_because_the_bridge_restarte
             text = str(exc) + str(getattr(exc, "error", ""))
     assert "bridge restarted" in text and sid in text, text
 
-    # A token signed with the same key and issuer, issued after the restart, for a session that was
-    # never seeded: the plain unknown-session refusal, not "restarted".
+    # A token signed with the same key and issuer by the running process (its boot claim, read from a
+    # fresh seed's token), issued after the restart, for a session that was never seeded: the plain
+    # unknown-session refusal, not "restarted".
     claims = jwt.decode(token, options={"verify_signature": False})
+    fresh = second.seed(counter_row(5, 5))
+    boot = jwt.decode(fresh["mcp"]["headers"][HEADER], options={"verify_signature": False})["boot"]
+    assert boot != claims["boot"], "each process signs its own boot id"
     now = int(time.time())
     forged = jwt.encode(
-        {**claims, "sid": "0" * 32, "iat": now, "nbf": now, "exp": now + 600}, SECRET, algorithm="HS256"
+        {**claims, "sid": "0" * 32, "iat": now, "nbf": now, "exp": now + 600, "boot": boot},
+        SECRET,
+        algorithm="HS256",
     )
     unknown = httpx.post(f"{second.url}/get_counter_value", json={}, headers={HEADER: forged}, timeout=30)
     assert unknown.status_code == 401, unknown.text
     assert "never seeded here" in unknown.json()["detail"], unknown.text
     assert "restarted" not in unknown.json()["detail"]
 
+    # The previous process's boot claim decides, not the issue time: issued after the restart, with
+    # the old boot id, it is still a session of the process this one replaced.
+    late = jwt.encode({**claims, "iat": now, "nbf": now, "exp": now + 600}, SECRET, algorithm="HS256")
+    lost = httpx.post(f"{second.url}/get_counter_value", json={}, headers={HEADER: late}, timeout=30)
+    assert lost.status_code == 409 and "previous process" in lost.json()["detail"], lost.text
+
     # A fresh session on the restarted bridge is served as usual.
-    fresh = second.seed(counter_row(5, 5))
     served = httpx.post(
         f"{second.url}/get_counter_value",
         json={},

@@ -20,7 +20,7 @@ import pytest
 from bridge.commands import keyfiles
 from bridge.commands.cli import StartupError, build_parser, settings_from
 from bridge.settings import Settings
-from tests.fixtures.bridges import ROOT
+from tests.fixtures.bridges import ROOT, free_port
 
 
 def serve_settings(*argv: str) -> tuple[Settings, list[str]]:
@@ -95,9 +95,11 @@ def run_show_config(env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 
 def test_show_config_prints_the_key_and_mcp_url(tmp_path: Path) -> None:
+    nothing_there = f"http://127.0.0.1:{free_port()}"  # no running bridge: this shell's settings are shown
     env = {
         "GYM_MCP_BRIDGE_STATE_DIR": str(tmp_path),
         "GYM_MCP_BRIDGE_ADVERTISE_URL": "http://localhost:8123",
+        "GYM_MCP_BRIDGE_URL": nothing_there,
     }
     before = run_show_config(env)
     assert before.returncode == 2
@@ -115,6 +117,10 @@ def test_show_config_prints_the_key_and_mcp_url(tmp_path: Path) -> None:
         "api_key": key,
         "api_key_file": str(tmp_path / "api_key"),
         "signing_key_file": str(tmp_path / "signing_key"),
+        "reported": "settings",
+        "bridge_url": nothing_there,
+        "rest_auth": None,
+        "session_tokens": None,
     }
     text = run_show_config(env).stdout
     assert f"API key:   {key}" in text and "MCP URL:   http://localhost:8123/mcp" in text

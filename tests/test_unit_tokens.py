@@ -90,7 +90,14 @@ def test_issue_then_verify_gives_the_claims() -> None:
         expires_at=now + 90,  # whole seconds
         tools=("read_file", "search"),
         tools_sha256=None,
+        boot=tokens.BOOT_ID,  # the issuing process: a restart under the same URL tells its sessions apart
     )
+    assert (
+        TokenSigner([KEY], ME, SERVER, boot="other")
+        .verify(TokenSigner([KEY], ME, SERVER, boot="before").issue("sid-2", (), ttl_s=60))
+        .boot
+        == "before"
+    ), "the boot claim is the issuer's, carried as signed"
 
 
 def test_token_is_hs256_with_the_documented_claims() -> None:
@@ -106,6 +113,7 @@ def test_token_is_hs256_with_the_documented_claims() -> None:
         "nbf": now,
         "exp": now + 60,
         "tools": ["a"],
+        "boot": tokens.BOOT_ID,
     }
 
 
@@ -225,6 +233,11 @@ def test_malformed_tools_claim(tools_claim: Any) -> None:
 
 def test_malformed_tools_digest_claim() -> None:
     assert refusal(craft(claims_now(tools_sha256=5))) == "session token has a malformed tools_sha256 claim"
+
+
+@pytest.mark.parametrize("boot", [5, ["a"], {"id": "a"}])
+def test_malformed_boot_claim(boot: Any) -> None:
+    assert refusal(craft(claims_now(boot=boot))) == "session token has a malformed boot claim"
 
 
 def test_exp_that_is_not_a_number_is_invalid() -> None:

@@ -8,10 +8,11 @@ malformed HTTP, no answer in time, ``connection: close`` without closing. After 
 on the same pool must get its own answer (its id, on a fresh connection) and the misbehaving
 connection must have been closed by the client. Unsafe paths and headers are refused before a byte
 is written (the server sees no request), by the pool, ``Upstream.post`` and the httpx path alike.
-The pool is bounded: past the bound a request waits for a connection (counted as queued), a burst
-leaves at most ``max_idle`` idle connections and the sweep closes those after ``expiry_s``, and a
-connect that fails for want of a descriptor waits and connects again, logged; a request the upstream
-fails (the caller's 502) is logged too.
+The pool is bounded: past the bound a request waits for a connection (counted as queued, its wait
+counted by seconds) as long as that takes, never against its own budget, which bounds the exchange
+alone (a probe bounds its wait too); a burst leaves at most ``max_idle`` idle connections and the
+sweep closes those after ``expiry_s``, and a connect that fails for want of a descriptor waits and
+connects again, logged; a request the upstream fails (the caller's 502) is logged too.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ import errno
 import json
 import logging
 import select
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from bridge import metrics
 from bridge.settings import Settings
 from bridge.upstream import Upstream, UpstreamRequestRefused, UpstreamUnavailable
-from bridge.upstream.transport import KeepAlivePool, PoolStats
+from bridge.upstream.poolstats import WAIT_BUCKETS
+from bridge.upstream.transport import ConnectTimeout, KeepAlivePool, PoolStats
 from tests.fixtures.bridges import free_port
 
 pytestmark = pytest.mark.anyio
@@ -145,7 +149,7 @@ def new_pool(server: Misbehaving) -> KeepAlivePool:
     return KeepAlivePool(server.url, max_connections=8, expiry_s=60.0, connect_timeout_s=2.0)
 
 
-async def call(pool: KeepAlivePool, path: str, rid: Any, timeout: float = 2.0) -> dict[str, Any]:
+async def call(pool: KeepAlivePool, path: str, rid: Any, timeout: float | None = 2.0) -> dict[str, Any]:
     status, _, body = await pool.post(path, json.dumps({"id": rid}).encode(), JSON, timeout)
     assert status == 200
     answer: dict[str, Any] = json.loads(body)
@@ -410,9 +414,65 @@ async def test_requests_past_the_bound_wait_for_a_connection_and_are_counted(ups
         answers = await asyncio.gather(*calls)
         assert sorted(answer["id"] for answer in answers) == list(range(12))
         assert upstream.connections == 3, "never more connections than the bound"
-        assert pool.stats() == PoolStats(busy=0, idle=3, queued=0, limit=3)
+        stats = pool.stats()
+        assert (stats.busy, stats.idle, stats.queued, stats.limit) == (0, 3, 0, 3)
+        # 9 waited: 3 for one answer of 0.3 s, 3 for two, 3 for three; counted by seconds waited
+        assert sum(stats.waits) == 9 and stats.waits[WAIT_BUCKETS.index(1.0)] == 9
+        assert metrics.WAIT_BUCKETS == WAIT_BUCKETS  # the histogram's bounds are the pool's
+        assert 3 * (0.3 + 0.6 + 0.9) - 0.3 < stats.wait_seconds < 3 * (0.3 + 0.6 + 0.9) + 2
     finally:
         pool.close()
+
+
+async def test_the_wait_for_a_connection_never_counts_against_the_budget(upstream: Misbehaving) -> None:
+    """A request queued behind answers that take longer than its own budget still gets its answer:
+    the budget bounds the exchange alone (0.3 s queued, then an immediate answer within 0.2 s); a
+    budget of None sets no timer at all."""
+    pool = KeepAlivePool(upstream.url, max_connections=1, expiry_s=60.0, connect_timeout_s=2.0)
+    try:
+        first = asyncio.ensure_future(call(pool, "/slow", 1, timeout=None))
+        assert await until(lambda: pool.stats().busy == 1)
+        queued = asyncio.ensure_future(call(pool, "/ok", 2, timeout=0.2))
+        assert await until(lambda: pool.stats().queued == 1)
+        assert [(await first)["id"], (await queued)["id"]] == [1, 2]
+        assert sum(pool.stats().waits) == 1 and pool.stats().wait_seconds > 0.2
+    finally:
+        pool.close()
+
+
+async def test_a_probe_waits_for_a_connection_no_longer_than_its_budget(upstream: Misbehaving) -> None:
+    """A GET (a readiness probe, the tool list) bounds its wait for a connection by its own budget:
+    ``ConnectTimeout`` (nothing sent) rather than a probe stuck behind long calls."""
+    pool = KeepAlivePool(upstream.url, max_connections=1, expiry_s=60.0, connect_timeout_s=2.0)
+    try:
+        busy = asyncio.ensure_future(call(pool, "/slow", 1, timeout=None))
+        assert await until(lambda: pool.stats().busy == 1)
+        with pytest.raises(ConnectTimeout, match=r"no free connection .* within 0\.05s"):
+            await pool.get("/openapi.json", 0.05)
+        assert (await busy)["id"] == 1 and [r[1] for r in upstream.requests] == ["/slow"]
+    finally:
+        pool.close()
+
+
+async def test_a_connect_has_its_own_budget() -> None:
+    """Connecting to a server whose listen queue is full (the kernel drops the handshake) fails after
+    ``connect_timeout_s``, whatever the request's own budget (none here): nothing was sent."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(4)]
+    for filler in fillers:
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+    pool = KeepAlivePool(f"http://127.0.0.1:{port}", max_connections=1, expiry_s=60.0, connect_timeout_s=0.2)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConnectTimeout, match=r"within 0\.2s"):
+            await pool.post("/ok", b"{}", JSON, None)
+        assert time.monotonic() - started < 5
+    finally:
+        pool.close()
+        for sock in (*fillers, listener):
+            sock.close()
 
 
 async def test_a_burst_leaves_at_most_max_idle_connections_and_the_sweep_closes_those(
@@ -437,7 +497,10 @@ async def test_connections_kept_for_a_queue_are_closed_once_it_is_gone(upstream:
         paths = ["/slow" if rid % 3 == 0 else "/ok" for rid in range(200)]  # a queue that drains unevenly
         answers = await asyncio.gather(*(call(pool, path, rid, timeout=60) for rid, path in enumerate(paths)))
         assert sorted(answer["id"] for answer in answers) == list(range(200))
-        assert pool.stats() == PoolStats(busy=0, idle=2, queued=0, limit=16), "kept: max_idle, not the bound"
+        stats = pool.stats()
+        assert (stats.busy, stats.idle, stats.queued, stats.limit) == (0, 2, 0, 16), (
+            "kept: max_idle, not the bound"
+        )
         assert await until(lambda: len(upstream.closed) == upstream.connections - 2)
     finally:
         pool.close()

@@ -5,7 +5,11 @@
 settings field, generated from the model), binds the port first (a port in use is a one-line
 error) and serves ``ServingApp`` with uvicorn at once: the probes answer while it starts or reaches
 the upstream behind them (a failure is a one-line error plus the upstream's log tail), then the app
-serves until SIGTERM/SIGINT, which drains in-flight requests and stops the upstream. Every startup failure exits 2 with a line that names the fix.
+serves until a signal. SIGTERM drains the sessions this replica holds (``ServingApp.on_sigterm``:
+``/readyz`` 503, seeds refused, the port kept open until each session is finished or
+``shutdown_grace_s`` ends), then uvicorn stops, letting answers in flight finish within
+``REQUEST_DRAIN_S``, and the upstream is stopped; SIGINT, or a second signal, stops at once. Every
+startup failure exits 2 with a line that names the fix.
 
 Secrets given as flags (``--secret``, ``--api-key``) are visible to every local user in ``ps``:
 ``serve`` accepts them but warns once, naming the environment variable and the ``--*-file`` flag to
@@ -22,7 +26,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +39,32 @@ from bridge.settings import ENV_PREFIX, MAKE_KEY, PLACEHOLDER_KEYS, Settings, de
 log = logging.getLogger("gym_mcp_bridge")
 
 
+REQUEST_DRAIN_S = 10  # after the session drain: answers still being written
+
+
 class StartupError(Exception):
     pass
+
+
+class BridgeServer(uvicorn.Server):
+    """uvicorn's server with the bridge's signals: the first SIGTERM drains the sessions held
+    (``on_sigterm``, run on the event loop) while uvicorn keeps accepting; SIGINT or a second
+    signal stops at once (answers in flight are cancelled; the upstream is still stopped)."""
+
+    def __init__(self, config: uvicorn.Config, on_sigterm: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_sigterm = on_sigterm
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.signalled = False
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if sig == signal.SIGTERM and not self.signalled and self.loop is not None:
+            self.signalled = True
+            self.loop.call_soon_threadsafe(self.on_sigterm)
+            return
+        self.signalled = True
+        self.config.timeout_graceful_shutdown = 0
+        self.should_exit = True
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -206,14 +234,14 @@ async def serve(settings: Settings, notes: Sequence[tuple[int, str]] = ()) -> No
         access_log=False,
         http=HttpProtocol,  # uvicorn's httptools protocol, each answer in one write (bridge/http/wire.py)
         proxy_headers=False,  # nothing reads the client address; one ASGI layer less per request
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None,
+        timeout_graceful_shutdown=REQUEST_DRAIN_S,
         timeout_keep_alive=75,
         lifespan="on",
     )
-    server = uvicorn.Server(config)
+    server = BridgeServer(config, front.on_sigterm)
+    server.loop = asyncio.get_running_loop()
     started.append(server)
-    # uvicorn re-raises the signal that stopped it once it has drained; a no-op handler underneath
-    # turns that into a clean exit 0 after the graceful shutdown.
+    # A no-op handler underneath uvicorn's: a signal after it has restored them is no traceback.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: None)
     try:
@@ -242,12 +270,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("%s", note)
     # Once per process, before anything is opened or spawned: the managed upstream inherits it.
     open_files = limits.raise_open_files()
-    connection_limit = limits.connection_budget(
-        open_files.soft, settings.upstream_connections, settings.peer_connections
-    )
+    upstream_connections, peer_connections = settings.connection_bounds(open_files.soft)
+    connection_limit = limits.connection_budget(open_files.soft, upstream_connections, peer_connections)
     note = (
         f"{open_files.message}; at most {connection_limit} client connections open at once, "
-        f"{settings.upstream_connections} to the upstream, {settings.peer_connections} to each other replica"
+        f"{upstream_connections} to the upstream, {peer_connections} to each other replica"
     )
     _run(serve(settings, [(logging.WARNING if open_files.failed else logging.INFO, note)]), connection_limit)
     return 0
@@ -260,7 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gym-mcp-bridge {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve_parser = commands.add_parser(
-        "serve", help="serve a resources server over MCP and Gym's HTTP contract"
+        "serve",
+        help="serve a resources server over MCP and Gym's HTTP contract",
+        description="Serve a NeMo Gym resources server over MCP (streamable HTTP at /mcp) and Gym's own "
+        "HTTP contract (/seed_session, POST /<tool>, /verify) on one port. Managed mode (the default) "
+        "starts the server named by --resources-server (a bundled Gym environment, module:Class, or "
+        "config.yaml[:instance]) in the Gym environment's interpreter; external mode reaches one already "
+        "running at --upstream-url (the two are exclusive). Probes: /healthz (alive), /readyz (ready). "
+        f"Every flag below is also an environment variable {ENV_PREFIX}<FLAG>; a port already in use "
+        "stops it at once with one line. Settings reference: docs/reference.md.",
     )
     add_settings_flags(serve_parser)
     serve_parser.set_defaults(handler=cmd_serve)

@@ -4,8 +4,8 @@ Data flow: a Gym row (``--row FILE.jsonl`` first row, ``--row-json``, else the b
 ``GET /example_row``: the first example row of the environment it serves, or an empty prompt) →
 ``POST <bridge>/seed_session`` over httpx (``--api-key`` as ``Authorization: Bearer`` when the
 bridge requires one) → the answer's ``mcp`` block (``resources_tools`` for Gym >= 0.7 typed seeds)
-→ (``--public-url``: the answer's ``url`` rebased on the URL the client reaches) → one renderer per
-client, printed on stdout:
+(the row and the seed: ``bridge/commands/client_seed.py``) → (``--public-url``: the answer's ``url``
+rebased on the URL the client reaches) → one renderer per client (this module), printed on stdout:
 
 | client | output |
 |---|---|
@@ -17,6 +17,13 @@ client, printed on stdout:
 | ``kilocode`` | ``kilo.json`` (Kilo Code CLI), the same ``mcp.<name>`` remote entry |
 | ``cline`` | the ``cline mcp add --transport streamableHttp ... --yes`` line and the settings file it writes |
 | ``json`` | the seed's MCP metadata as JSON |
+
+Each harness's own limit on one tool call is written from ``--tool-timeout SECONDS`` (default
+``DEFAULT_TOOL_TIMEOUT_S``, an hour: the bridge and Gym set none, and the session's token lives
+``session_ttl_s``, an hour by default): Codex ``tool_timeout_sec``, Gemini CLI ``timeout`` (ms),
+Claude Code's per-server ``timeout`` in ``.mcp.json`` or ``MCP_TOOL_TIMEOUT`` in its environment
+(ms), OpenCode and Kilo Code ``timeout``
+(ms), Cline ``timeout`` (seconds); docs/clients.md says where each harness reads it.
 
 By default the harness is configured with the seed answer's ``server_name``, the name the bridge
 trusts when it resolves the harness's ``mcp__<name>__<tool>`` forms before ``/verify``.
@@ -39,92 +46,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from bridge.commands.client_seed import ClientConfigError, example_row, load_row, seed
 from bridge.scoring.harnesses import HARNESSES
 
 DEFAULT_BRIDGE_URL = "http://127.0.0.1:8000"
-EMPTY_ROW: dict[str, Any] = {"responses_create_params": {"input": []}}
-
-
-class ClientConfigError(Exception):
-    pass
-
-
-# -- seeding --------------------------------------------------------------------------------------
-
-
-def load_row(row_file: Path | None, row_json: str | None) -> dict[str, Any] | None:
-    """The row given with --row-json or --row; None when neither was given."""
-    if row_json is not None:
-        try:
-            value = json.loads(row_json)
-        except ValueError as exc:
-            raise ClientConfigError(f"--row-json is not valid JSON: {exc}") from exc
-    elif row_file is not None:
-        try:
-            lines = [line for line in row_file.read_text().splitlines() if line.strip()]
-        except OSError as exc:
-            raise ClientConfigError(f"cannot read --row {row_file}: {exc.strerror}") from exc
-        if not lines:
-            raise ClientConfigError(f"--row {row_file} has no rows")
-        try:
-            value = json.loads(lines[0])
-        except ValueError as exc:
-            raise ClientConfigError(f"the first line of {row_file} is not valid JSON: {exc}") from exc
-    else:
-        return None
-    if not isinstance(value, dict):
-        raise ClientConfigError("a Gym row must be a JSON object")
-    return value
-
-
-def example_row(bridge_url: str, api_key: str | None = None, timeout: float = 30) -> dict[str, Any]:
-    """The first example row of the environment the bridge serves (``GET /example_row``)."""
-    url = f"{bridge_url.rstrip('/')}/example_row"
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        response = httpx.get(url, headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ClientConfigError(f"cannot reach the bridge at {bridge_url}: {exc}") from exc
-    if response.status_code == 404:  # external mode, no shipped data, or an older bridge
-        return dict(EMPTY_ROW)
-    if not response.is_success:
-        raise ClientConfigError(
-            f"{url} answered HTTP {response.status_code}: {' '.join(response.text.split())[:300]}"
-        )
-    row = response.json()
-    if not isinstance(row, dict):
-        raise ClientConfigError(f"{url} did not answer a row")
-    return row
-
-
-def seed(
-    bridge_url: str, row: dict[str, Any], api_key: str | None = None, timeout: float = 60
-) -> dict[str, Any]:
-    """``POST /seed_session`` through the bridge; returns the session's MCP metadata."""
-    url = f"{bridge_url.rstrip('/')}/seed_session"
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        response = httpx.post(url, json=row, headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ClientConfigError(f"cannot reach the bridge at {bridge_url}: {exc}") from exc
-    if not response.is_success:
-        detail = " ".join(response.text.split())[:500]
-        hint = (
-            " (pass a row of this environment with --row or --row-json)"
-            if response.status_code == 422
-            else ""
-        )
-        raise ClientConfigError(f"{url} answered HTTP {response.status_code}: {detail}{hint}")
-    try:
-        payload = response.json()
-    except ValueError as exc:
-        raise ClientConfigError(f"{url} did not answer JSON") from exc
-    metadata = payload.get("mcp") or payload.get("resources_tools") if isinstance(payload, dict) else None
-    if not isinstance(metadata, dict) or "url" not in metadata or "headers" not in metadata:
-        raise ClientConfigError(f"{url} answered without MCP metadata: is {bridge_url} a gym-mcp-bridge?")
-    return dict(metadata)
+DEFAULT_TOOL_TIMEOUT_S = 3600.0  # a harness's limit on one tool call (see the module docstring)
+MAX_TOOL_TIMEOUT_S = 999_999  # Claude Code reads at most 9 digits of ms; Node timers overflow at 24.8 days
 
 
 # -- renderers --------------------------------------------------------------------------------------
@@ -142,7 +69,18 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
 
 
-def render_codex(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def _number(value: float) -> str:
+    """A TOML number: an integer when it is whole (as Codex's own examples write seconds)."""
+    return str(int(value)) if value == int(value) else repr(value)
+
+
+def _ms(timeout_s: float) -> int:
+    return max(1, round(timeout_s * 1000))
+
+
+def render_codex(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """``config.toml`` table for Codex CLI (``$CODEX_HOME/config.toml``)."""
     headers = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in _headers(metadata).items())
     return "\n".join(
@@ -150,6 +88,8 @@ def render_codex(metadata: dict[str, Any], server_name: str | None = None) -> st
             f"[mcp_servers.{_toml_key(_name(metadata, server_name))}]",
             f"url = {json.dumps(metadata['url'])}",
             f"http_headers = {{ {headers} }}",
+            "# the limit on one tool call, in seconds (Codex's default: 60)",
+            f"tool_timeout_sec = {_number(timeout_s)}",
             "# `codex exec` cannot ask for approval: pre-approve this server's tools",
             'default_tools_approval_mode = "approve"',
             "",
@@ -157,13 +97,24 @@ def render_codex(metadata: dict[str, Any], server_name: str | None = None) -> st
     )
 
 
-def claude_mcp_json(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
-    entry = {"type": "http", "url": metadata["url"], "headers": _headers(metadata)}
+def claude_mcp_json(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> dict[str, Any]:
+    entry = {
+        "type": "http",
+        "url": metadata["url"],
+        "headers": _headers(metadata),
+        "timeout": _ms(timeout_s),  # ms, this server's tool-call limit (over MCP_TOOL_TIMEOUT)
+    }
     return {"mcpServers": {_name(metadata, server_name): entry}}
 
 
-def render_claude_code(metadata: dict[str, Any], server_name: str | None = None) -> str:
-    """The ``claude mcp add`` command line, then the equivalent ``.mcp.json``."""
+def render_claude_code(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
+    """The ``claude mcp add`` command line and the tool-call limit Claude Code then reads from its
+    environment (the command has no flag for it), then the equivalent ``.mcp.json``, which carries
+    the limit in the server's own ``timeout``."""
     argv = ["claude", "mcp", "add", "--transport", "http", _name(metadata, server_name), str(metadata["url"])]
     for key, value in _headers(metadata).items():
         argv += ["--header", f"{key}: {value}"]
@@ -172,31 +123,40 @@ def render_claude_code(metadata: dict[str, Any], server_name: str | None = None)
             "# command line (add --scope project|user to choose where it is stored)",
             shlex.join(argv),
             "",
+            "# the limit on one tool call, in ms, read from claude's environment (or settings.json's env)",
+            f"export MCP_TOOL_TIMEOUT={_ms(timeout_s)}",
+            "",
             "# or .mcp.json (claude --mcp-config .mcp.json)",
-            json.dumps(claude_mcp_json(metadata, server_name), indent=2),
+            json.dumps(claude_mcp_json(metadata, server_name, timeout_s), indent=2),
             "",
         ]
     )
 
 
-def gemini_settings(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
+def gemini_settings(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> dict[str, Any]:
     entry = {
         "httpUrl": metadata["url"],
         "headers": _headers(metadata),
-        "timeout": 60000,
+        "timeout": _ms(timeout_s),  # ms, on every request to this server (tool calls included)
         "trust": True,  # no confirmation prompt per tool call (needed for `gemini -p` rollouts)
     }
     return {"mcpServers": {_name(metadata, server_name): entry}}
 
 
-def render_gemini(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def render_gemini(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """``settings.json`` (``.gemini/settings.json``) for Gemini CLI."""
-    return json.dumps(gemini_settings(metadata, server_name), indent=2) + "\n"
+    return json.dumps(gemini_settings(metadata, server_name, timeout_s), indent=2) + "\n"
 
 
-def render_agents_sdk(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def render_agents_sdk(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """A Python snippet for the OpenAI Agents SDK."""
-    params = {"url": metadata["url"], "headers": _headers(metadata)}
+    params = {"url": metadata["url"], "headers": _headers(metadata), "sse_read_timeout": float(timeout_s)}
     return "\n".join(
         [
             "from agents import Agent, Runner",
@@ -208,6 +168,7 @@ def render_agents_sdk(metadata: dict[str, Any], server_name: str | None = None) 
             f"        name={_name(metadata, server_name)!r},",
             f"        params={params!r},",
             "        cache_tools_list=True,",
+            f"        client_session_timeout_seconds={float(timeout_s)!r},",
             "    ) as server:",
             '        agent = Agent(name="gym-rollout", mcp_servers=[server])',
             "        result = await Runner.run(agent, prompt)",
@@ -217,30 +178,51 @@ def render_agents_sdk(metadata: dict[str, Any], server_name: str | None = None) 
     )
 
 
-def opencode_config(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
-    entry = {"type": "remote", "url": metadata["url"], "headers": _headers(metadata), "enabled": True}
+def opencode_config(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> dict[str, Any]:
+    entry = {
+        "type": "remote",
+        "url": metadata["url"],
+        "headers": _headers(metadata),
+        "enabled": True,
+        "timeout": _ms(timeout_s),  # ms, per request (tool calls wait on it, reset by each progress)
+    }
     return {"mcp": {_name(metadata, server_name): entry}}
 
 
-def render_opencode(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def render_opencode(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """``opencode.json`` (in the project folder, or the file ``OPENCODE_CONFIG`` names)."""
-    config = {"$schema": "https://opencode.ai/config.json", **opencode_config(metadata, server_name)}
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        **opencode_config(metadata, server_name, timeout_s),
+    }
     return json.dumps(config, indent=2) + "\n"
 
 
-def render_kilocode(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def render_kilocode(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     """``kilo.json`` for the Kilo Code CLI (``kilo``; an OpenCode fork, same ``mcp`` entries)."""
-    return json.dumps(opencode_config(metadata, server_name), indent=2) + "\n"
+    return json.dumps(opencode_config(metadata, server_name, timeout_s), indent=2) + "\n"
 
 
-def cline_settings(metadata: dict[str, Any], server_name: str | None = None) -> dict[str, Any]:
-    """The MCP settings file as ``cline mcp add --yes`` writes it (``CLINE_MCP_SETTINGS_PATH``)."""
+def cline_settings(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> dict[str, Any]:
+    """The MCP settings file as ``cline mcp add --yes`` writes it (``CLINE_MCP_SETTINGS_PATH``), with
+    the server's ``timeout`` (whole seconds, at least 1), which the command line cannot set."""
     transport = {"type": "streamableHttp", "url": metadata["url"], "headers": _headers(metadata)}
-    return {"mcpServers": {_name(metadata, server_name): {"transport": transport}}}
+    entry = {"transport": transport, "timeout": max(1, round(timeout_s))}
+    return {"mcpServers": {_name(metadata, server_name): entry}}
 
 
-def render_cline(metadata: dict[str, Any], server_name: str | None = None) -> str:
-    """The ``cline mcp add`` command line, then the settings file it writes."""
+def render_cline(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
+    """The ``cline mcp add`` command line, then the settings file with the tool-call limit."""
     name = _name(metadata, server_name)
     argv = ["cline", "mcp", "add", name, "--transport", "streamableHttp", str(metadata["url"])]
     for key, value in _headers(metadata).items():
@@ -250,21 +232,24 @@ def render_cline(metadata: dict[str, Any], server_name: str | None = None) -> st
             "# command line (writes ~/.cline/data/settings/cline_mcp_settings.json)",
             shlex.join([*argv, "--yes"]),
             "",
-            "# or that file (its path can be given with CLINE_MCP_SETTINGS_PATH)",
-            json.dumps(cline_settings(metadata, server_name), indent=2),
+            '# then this file, which adds the limit on one tool call ("timeout", seconds; Cline\'s default: 60)',
+            "# (its path can be given with CLINE_MCP_SETTINGS_PATH)",
+            json.dumps(cline_settings(metadata, server_name, timeout_s), indent=2),
             "",
         ]
     )
 
 
-def render_json(metadata: dict[str, Any], server_name: str | None = None) -> str:
+def render_json(
+    metadata: dict[str, Any], server_name: str | None = None, timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+) -> str:
     shown = dict(metadata)
     if server_name:
         shown["server_name"] = server_name
     return json.dumps(shown, indent=2) + "\n"
 
 
-Renderer = Callable[[dict[str, Any], str | None], str]
+Renderer = Callable[[dict[str, Any], str | None, float], str]  # (metadata, server name, tool timeout)
 # each config format a harness of the registry may name (``Harness.config``)
 FORMATS: dict[str, Renderer] = {
     "codex": render_codex,
@@ -302,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.public_url:  # the seed's url names the owning replica as the cluster sees it
         metadata["url"] = args.public_url.rstrip("/") + str(metadata.get("url_path") or "/mcp")
-    sys.stdout.write(RENDERERS[args.client](metadata, args.server_name))
+    sys.stdout.write(RENDERERS[args.client](metadata, args.server_name, args.tool_timeout))
     print(RETRIES_NOTE, file=sys.stderr)
     return 0
 
@@ -344,4 +329,23 @@ def add_parser(commands: Any) -> None:
         "with the seed's url_path instead of the seed's url, which names the owning replica as the "
         "cluster sees it; calls then reach the owner through the replica behind URL",
     )
+    parser.add_argument(
+        "--tool-timeout",
+        type=_seconds,
+        default=DEFAULT_TOOL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the harness's own limit on one tool call, written in its config (Codex tool_timeout_sec, "
+        "Gemini and OpenCode/Kilo timeout in ms, Claude Code MCP_TOOL_TIMEOUT, Cline timeout; "
+        f"default {DEFAULT_TOOL_TIMEOUT_S:g}: long agentic tools, as Gym and the bridge set none)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= value <= MAX_TOOL_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_TOOL_TIMEOUT_S} seconds, got {text}")
+    return value

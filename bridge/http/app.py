@@ -45,8 +45,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         return error(404, f"no route {request.method} {request.url.path}")
-    if exc.status_code == 405:
-        return error(405, f"method {request.method} not allowed on {request.url.path}")
+    if exc.status_code == 405:  # with the route's Allow header (RFC 9110)
+        refused = error(405, f"method {request.method} not allowed on {request.url.path}")
+        refused.headers.update(exc.headers or {})
+        return refused
     return error(exc.status_code, str(exc.detail))
 
 

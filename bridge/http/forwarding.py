@@ -17,17 +17,22 @@ limits -- to ``Forwarding.relay``, which writes it to ``owner`` unchanged but fo
 hop-by-hop headers dropped, ``host`` the owner's, ``content-length`` the body's, the marker header
 ``MARKER`` added. The owner's answer is read whole and sent back as one ASGI start and one body
 message: status, headers (every ``Set-Cookie`` included; hop-by-hop headers, ``date`` and ``server``
-are the relaying server's own; ``content-length`` the body's), body. The owner runs every check
-again (token, session, allow-list, limits, Host/Origin). A connection is reused only after an
+are the relaying server's own; ``content-length`` the body's), body. A long ``/mcp`` call with a
+progress token keeps its client waiting all the same: this replica streams the progress itself
+around the relay (``mcp_progress``), and the owner's own stream, read whole here, gives its last
+message. The owner runs every check again (token, session, allow-list, limits, Host/Origin). A connection is reused only after an
 exchange that ended exactly (``PeerClient``); a forwarded request is never retried.
 
 A request that already carries the marker is never forwarded again: 508 naming both replicas. An
-owner that cannot be reached, or that breaks off or garbles its answer, is a 502 naming it; one that
-does not answer within the surface's budget (``tool_timeout_s``, ``verify_timeout_s`` for
-``/verify``, plus a margin so the owner's own 504 comes first) a 504 naming it. On ``/mcp`` these
+owner that cannot be reached, or that breaks off or garbles its answer, is a 502 naming it. The
+owner's answer is awaited as long as the owner's own limit allows: none unless the operator set
+``tool_timeout_s`` (``verify_timeout_s`` for ``/verify``), then that plus a margin (the owner's
+own 504, naming the setting, comes first), past which it is a 504 naming it. On ``/mcp`` these
 refusals are JSON-RPC errors, elsewhere ``{"detail": ...}``. Each owner's pool is bounded
-(``peer_connections``): a request past the bound waits for a connection within its budget (queued,
-``stats`` counts it), never fails for it. No upstream cookie is ever added here:
+(``peer_connections``, by default from the file limit: ``Settings.connection_bounds``): a request
+past the bound waits for a connection as long as that takes (queued, ``stats`` counts it and its
+wait), never fails for it and never counts the wait against a budget; connecting has its own
+(``_CONNECT_S``). No upstream cookie is ever added here:
 the forwarder does not hold the session. Every forwarded route is a POST (the relay never sends a
 HEAD, whose answer has no body).
 """
@@ -42,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from bridge.http.responses import jsonrpc_error
+from bridge.http.responses import error_body, jsonrpc_error
 from bridge.service import Bridge
 from bridge.upstream import ConnectTimeout, PeerClient, PoolStats
 
@@ -91,8 +96,8 @@ class Forwarding:
     def __init__(
         self,
         advertise_url: str,
-        tool_timeout_s: float,
-        verify_timeout_s: float,
+        tool_timeout_s: float | None,
+        verify_timeout_s: float | None,
         registry: CollectorRegistry | None = None,
         max_connections: int = 128,
     ) -> None:
@@ -109,18 +114,21 @@ class Forwarding:
             registry=registry,
         )
         self._relayed = self.forwarded.labels("relayed")
+        self.rejections: Counter | None = None  # the bridge's, counting the refusals made here
 
     @classmethod
     def of(cls, bridge: Bridge) -> Forwarding:
         """The forwarder of a started ``bridge`` (its advertise URL, budgets and metrics registry)."""
         settings = bridge.settings
-        return cls(
+        forwarding = cls(
             bridge.advertise_url,
             settings.tool_timeout_s,
             settings.verify_timeout_s,
             bridge.metrics.registry,
-            settings.peer_connections,
+            settings.connection_bounds()[1],
         )
+        forwarding.rejections = bridge.metrics.rejections
+        return forwarding
 
     def pool(self, owner: str) -> PeerClient:
         """The keep-alive pool to ``owner`` (a peer's base URL, already allowed by ``Peers``)."""
@@ -170,9 +178,10 @@ class Forwarding:
                 f"{came_from.decode('latin-1')}: not forwarded again (is {owner} the advertise URL of a "
                 "running replica?)"
             )
-            await _refuse(scope, body, send, 508, reason)
+            await self._refuse(scope, body, send, 508, reason, "forward_loop")
             return
-        budget = (self.verify_timeout_s if scope["path"] == "/verify" else self.tool_timeout_s) + _MARGIN_S
+        limit = self.verify_timeout_s if scope["path"] == "/verify" else self.tool_timeout_s
+        budget = None if limit is None else limit + _MARGIN_S  # the owner's time only, never the queue's
         try:
             pool = self.pool(owner)
             status, answer_headers, answer = await pool.send(self.request_bytes(scope, body, pool), budget)
@@ -181,8 +190,10 @@ class Forwarding:
             return
         except TimeoutError:
             self.forwarded.labels("timeout").inc()
-            reason = f"owner replica {owner} did not answer within {budget:g}s (session forwarded there)"
-            await _refuse(scope, body, send, 504, reason)
+            setting = "verify_timeout_s" if scope["path"] == "/verify" else "tool_timeout_s"
+            within = f"{budget:g}s ({setting} + {_MARGIN_S:g}s)" if budget is not None else "in time"
+            reason = f"owner replica {owner} did not answer within {within} (session forwarded there)"
+            await self._refuse(scope, body, send, 504, reason, "owner_timeout")
             return
         except (OSError, ValueError) as exc:  # refused, reset, closed or garbled mid-answer; a bad URL
             await self._unreachable(scope, body, send, owner, exc)
@@ -198,7 +209,14 @@ class Forwarding:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         reason = f"owner replica {owner} of this session is unreachable: {type(exc).__name__}: {detail}"
         log.warning("%s", reason)
-        await _refuse(scope, body, send, 502, reason)
+        await self._refuse(scope, body, send, 502, reason, "owner_unreachable")
+
+    async def _refuse(
+        self, scope: Scope, body: bytes, send: Send, status: int, reason: str, kind: str
+    ) -> None:
+        if self.rejections is not None:
+            self.rejections.labels(kind).inc()
+        await _refuse(scope, body, send, status, reason, kind)
 
 
 class _Relayed(Response):
@@ -214,12 +232,13 @@ class _Relayed(Response):
         await self.forwarding.relay(scope, self.request_body, self.owner, send)
 
 
-async def _refuse(scope: Scope, body: bytes, send: Send, status: int, reason: str) -> None:
-    """A one-line refusal: a JSON-RPC error (with the request's id) on ``/mcp``, else ``{"detail"}``."""
+async def _refuse(scope: Scope, body: bytes, send: Send, status: int, reason: str, kind: str) -> None:
+    """A one-line refusal: a JSON-RPC error (with the request's id) on ``/mcp``, else ``{"detail"}``,
+    each naming its failure (``kind``) in Gym's words."""
     if scope["path"] == "/mcp":
-        encoded = jsonrpc_error(status, reason, _request_id(body))
+        encoded = jsonrpc_error(status, reason, _request_id(body), kind=kind)
     else:
-        encoded = orjson.dumps({"detail": reason})
+        encoded = error_body(status, reason, kind)
     await send(
         {
             "type": "http.response.start",

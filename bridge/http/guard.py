@@ -91,15 +91,21 @@ def rebinding_refusal(
     return None
 
 
-async def answer_error(scope: Scope, receive: Receive, send: Send, status: int, reason: str) -> None:
-    """A one-line refusal: a JSON-RPC error on ``/mcp``, else ``{"detail": reason}``."""
+async def answer_error(
+    scope: Scope, receive: Receive, send: Send, status: int, reason: str, kind: str | None = None
+) -> None:
+    """A one-line refusal: a JSON-RPC error on ``/mcp``, else ``{"detail": reason}``, each naming its
+    failure (``kind``, else what ``status`` implies) in Gym's words."""
     if scope["path"] == "/mcp":
         allow = {"allow": "POST, DELETE"} if status == 405 else None
         response: Response = Response(
-            jsonrpc_error(status, reason), status_code=status, media_type="application/json", headers=allow
+            jsonrpc_error(status, reason, kind=kind),
+            status_code=status,
+            media_type="application/json",
+            headers=allow,
         )
     else:
-        response = error(status, reason)
+        response = error(status, reason, kind=kind)
     await response(scope, receive, send)
 
 
@@ -108,7 +114,7 @@ async def refuse(
 ) -> None:
     """``answer_error``, counted under ``kind``."""
     rejections.labels(kind).inc()
-    await answer_error(scope, receive, send, status, reason)
+    await answer_error(scope, receive, send, status, reason, kind)
 
 
 class HeaderLimit:

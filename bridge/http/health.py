@@ -3,7 +3,8 @@ queues, ``Metrics.connection_report``) and ``/readyz`` (readiness:
 the upstream answers now, the tool list is loaded and, when ``advertise_url`` is configured, that
 URL does not reach some other server; otherwise 503 with a reason a person can act on: which
 server is still starting and for how long of its budget, the exit code and log tail of one that
-died, the URL that does not answer, or the advertise URL that points at another server).
+died, the URL that does not answer, the advertise URL that points at another server, or a replica
+draining its sessions after SIGTERM).
 
 The advertise check asks ``<advertise_url>/healthz`` for this process's random ``instance`` id. An
 answer from another instance is fatal; no answer at all is only a warning in the body, since a
@@ -65,7 +66,7 @@ class Health:
         return JSONResponse(healthz_payload(self.bridge))
 
     async def readyz(self, request: Request) -> Response:
-        reason = self.bridge.not_ready_reason()
+        reason = self.bridge.drain_reason() or self.bridge.not_ready_reason()
         if reason is None:
             reason = await self.bridge.upstream.probe()
         warning = None

@@ -6,16 +6,17 @@ Each request carries its rollout's session token (``X-NeMo-Gym-Session-Token``, 
 ``Authorization: Bearer``). ``tools/list`` lists the token's session tools, or the upstream's
 OpenAPI tools without a token. ``tools/call`` authorizes the token for that tool, then
 ``Bridge.call_tool`` calls the upstream with the session's cookie; every refusal and every
-upstream failure comes back as an ``isError`` result whose text a model can read.
+upstream failure comes back as an ``isError`` result whose text a model can read; one the bridge
+made itself names its failure in Gym's words in the result's ``_meta`` (``bridge.failures``).
 
-Fast path. The SDK's stateless transport builds a transport, a task, memory streams and a JSON-RPC
-dispatcher for every POST; for the one message a rollout sends thousands of times -- a single
-well-formed ``tools/call`` -- that machinery is most of the bridge's CPU. ``McpEndpoint.post`` takes
-a POST whose body the ``/mcp`` route already read and limited (``http/mcp_route.py``; Host/Origin
-checked by the guards before it) and answers such a request itself; everything else goes to the
-SDK (``sdk_app``) untouched: other methods,
+Fast path. ``McpEndpoint.post`` takes a POST whose body the ``/mcp`` route already read and
+limited (``http/mcp_route.py``; Host/Origin checked by the guards before it) and lets the fast path
+(``http/mcp_fastpath.py`` ``FastPath``) answer a single well-formed ``tools/call`` -- the one
+message a rollout sends thousands of times -- without the SDK's per-request transport; everything
+else goes to the SDK (``sdk_app``) untouched: other methods,
 notifications, batches, GET/DELETE, unknown protocol revisions, a duplicated or missing routing
-header, ``Mcp-Param-*`` headers, an unacceptable Accept or Content-Type, an unparsable body. What
+header, ``Mcp-Param-*`` headers, an unacceptable Accept, an unparsable body; no MCP message at all
+(a bad id, a batch, a non-JSON Content-Type) is refused first (``http/jsonrpc.py``). What
 the fast path does answer it answers exactly as the SDK would: the same handler (``_call``), the
 SDK's own result serialization for the negotiated revision (2026-07-28 adds ``resultType`` and the
 ``serverInfo`` ``_meta`` stamp; run once per result shape and reused as a template, see
@@ -32,7 +33,6 @@ the token again.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -46,24 +46,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bridge import __version__, exactjson, retries
+from bridge import __version__, exactjson, failures, retries
 from bridge.admission import Foreign, Rejected
+from bridge.http import jsonrpc, mcp_progress
 from bridge.http.forwarding import Forwarding
-from bridge.http.mcp_results import (
-    Reply,
-    Results,
-    Serializer,
-    accepts_json,
-    call_result,
-    error_answer,
-    meta_valid,
-    sdk_serializer,
-)
-from bridge.http.requests import read_body, text_headers
+from bridge.http.mcp_fastpath import FastPath, RetryParts, Verdict
+from bridge.http.mcp_results import Reply, call_result
+from bridge.http.requests import read_body
 from bridge.service import Bridge
 from bridge.tokens import Claims, from_headers, from_raw_headers
-
-log = logging.getLogger("gym_mcp_bridge.mcp")
 
 INVALID_SESSION = -32001  # JSON-RPC server-defined error: the session token was refused
 
@@ -104,7 +95,7 @@ class McpEndpoint:
             max_request_body_size=bridge.settings.max_body_bytes,
         )
         self.sdk_app: ASGIApp = StreamableHTTPASGIApp(self.manager)
-        self.fast = _FastPath.build(self)
+        self.fast = FastPath.build(self)
         self.fast_calls = 0  # tools/call requests the fast path answered (tests and profiling read it)
         # An ASGI object, not a bound method: Starlette would wrap a method as a GET request handler.
         self.app: Any = _EndpointApp(self)
@@ -113,7 +104,21 @@ class McpEndpoint:
         """A ``POST /mcp`` whose body was read and limited by the caller (``receive`` replays it).
         Its token is verified here, once: a request for another replica's session goes to its owner
         before anything parses its body; the verdict travels with the request (``scope``) to the
-        fast path, which answers a plain ``tools/call``, or to the SDK, which answers the rest."""
+        fast path, which answers a plain ``tools/call``, or to the SDK, which answers the rest. A
+        ``tools/call`` with a progress token may be answered as a progress stream (``mcp_progress``)."""
+        if mcp_progress.MARK in body:
+            token = mcp_progress.requested(scope["headers"], body)
+            if token is not None:
+                interval = self.bridge.settings.progress_interval_s
+
+                async def answer(inner: Receive, held: Send) -> None:
+                    await self._post(scope, body, inner, held)
+
+                await mcp_progress.answer_with_progress(answer, body, token, interval, receive, send)
+                return
+        await self._post(scope, body, receive, send)
+
+    async def _post(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         token = from_raw_headers(headers)
         verdict = self._verdict(token)
@@ -122,6 +127,8 @@ class McpEndpoint:
             return
         if self.fast is not None and await self.fast.answer(scope, headers, body, send, verdict):
             return
+        if await jsonrpc.refused(headers, body, send, self.bridge.metrics.rejections):
+            return  # no message MCP takes (an id the SDK would read as a notification's, a batch ...)
         scope[_VERDICT] = (token, verdict)
         if b'"initialize"' in body and _is_initialize(body):
             send = _labelled(send)
@@ -155,7 +162,7 @@ class McpEndpoint:
             session = self.bridge.admit(_claims(self._sdk_verdict(ctx, token)))
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
-            raise MCPError(INVALID_SESSION, exc.reason) from exc
+            raise MCPError(INVALID_SESSION, exc.reason, _failure(exc.kind, exc.reason)) from exc
         return types.ListToolsResult(tools=session.toolset.mcp_tools())
 
     async def call_tool(
@@ -174,8 +181,8 @@ class McpEndpoint:
             reply = await self._call(verdict, params.name, params.arguments, retry)
         except Foreign as exc:  # the SDK path's pre-check forwards these; here only if it could not
             self.bridge.metrics.rejections.labels(exc.kind).inc()
-            reply = Reply(exc.reason, True)
-        return call_result(reply.text, reply.is_error, reply.structured)
+            reply = Reply(exc.reason, True, meta=_failure(exc.kind, exc.reason))
+        return call_result(reply.text, reply.is_error, reply.structured, reply.meta)
 
     async def _call(
         self, verdict: Verdict, name: str, arguments: Mapping[str, Any] | None, retry: RetryParts
@@ -189,7 +196,8 @@ class McpEndpoint:
         try:
             key = retries.key_of(param_key if param_key is not None else header_key, mcp_session, request_id)
         except ValueError as exc:
-            return Reply(f"retry key refused: {exc}", True)
+            reason = f"retry key refused: {exc}"
+            return Reply(reason, True, meta=_failure("retry", reason))
         try:
             session = self.bridge.admit(_claims(verdict), name)
             outcome = await self.bridge.call_tool(
@@ -199,26 +207,28 @@ class McpEndpoint:
             raise
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
-            return Reply(exc.reason, True)
-        if outcome.is_error:
-            return Reply(outcome.message, True)
+            return Reply(exc.reason, True, meta=_failure(exc.kind, exc.reason))
+        if outcome.is_error:  # the upstream's own error answer carries no failure of the bridge's
+            if outcome.failure is None:
+                return Reply(outcome.message, True)
+            self.bridge.metrics.rejections.labels(outcome.failure.name).inc()
+            return Reply(outcome.message, True, meta=outcome.failure.fields())
         structured = outcome.value if isinstance(outcome.value, dict) else None
         return Reply(outcome.message, False, structured)
 
 
-RetryParts = tuple[str | None, str | None, Any, Any]  # Idempotency-Key, Mcp-Session-Id, id, idempotencyKey
-Verdict = Claims | Rejected  # a request's token, verified once: its claims, or the refusal it gets
 _VERDICT = "gym_mcp_bridge.token"  # scope key: (token, Verdict), from ``post`` to the SDK's handlers
+
+
+def _failure(kind: str, reason: str) -> dict[str, Any]:
+    """A refusal's failure in Gym's words: an ``isError`` result's ``_meta``, a JSON-RPC error's ``data``."""
+    return failures.of(kind, reason).fields()
 
 
 def _claims(verdict: Verdict) -> Claims:
     if isinstance(verdict, Rejected):
         raise verdict
     return verdict
-
-
-def _latin1(value: bytes | None) -> str | None:
-    return value.decode("latin-1") if value is not None else None
 
 
 def _is_initialize(body: bytes) -> bool:
@@ -243,9 +253,6 @@ def _labelled(send: Send) -> Send:
     return labelled
 
 
-# -- fast path ---------------------------------------------------------------------------------------
-
-
 class _EndpointApp:
     """``McpEndpoint.app`` as an ASGI app: a POST's body is read once (``read_body``) and handed to
     ``McpEndpoint.post``; every other request goes to the SDK. (The served app routes ``/mcp`` to
@@ -265,172 +272,3 @@ class _EndpointApp:
             await endpoint.sdk_app(scope, body.replay, send)  # the SDK's own refusal (413, disconnect)
             return
         await endpoint.post(scope, body.data, body.replay, send)
-
-
-_PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
-_MESSAGE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-_MCP_PARAM = b"\nmcp-param-"
-_JSON_HEADERS = [(b"content-type", b"application/json")]
-_META_CACHE_SIZE = 256
-
-
-class _FastPath:
-    """Answers a single well-formed ``tools/call`` POST without the SDK's per-request transport.
-
-    Built only against the SDK release it was checked with: if the private piece it leans on
-    (``mcp_results.sdk_serializer``) is missing, ``build`` returns None and the SDK serves all
-    (``tests/test_architecture.py`` fails loudly when that happens)."""
-
-    def __init__(self, endpoint: McpEndpoint, serialize: Serializer) -> None:
-        from mcp_types import DEFAULT_NEGOTIATED_VERSION
-        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-
-        self.endpoint = endpoint
-        self.results = Results(serialize)
-        self.default_version = DEFAULT_NEGOTIATED_VERSION
-        self.handshake_versions = frozenset(HANDSHAKE_PROTOCOL_VERSIONS)
-        self.modern_versions = frozenset(MODERN_PROTOCOL_VERSIONS)
-        self.valid_meta: dict[bytes, bool] = {}
-        self.json_media: dict[tuple[bytes, bytes], bool] = {}  # (Content-Type, Accept): both JSON?
-
-    @classmethod
-    def build(cls, endpoint: McpEndpoint) -> _FastPath | None:
-        try:
-            serialize = sdk_serializer(endpoint.server)
-        except (ImportError, AttributeError, TypeError) as exc:  # pragma: no cover - another SDK release
-            log.warning(
-                "MCP fast path disabled (this MCP SDK differs from the one it was built for: %s)", exc
-            )
-            return None
-        return cls(endpoint, serialize)
-
-    async def answer(
-        self, scope: Scope, found: dict[bytes, bytes], body: bytes, send: Send, verdict: Verdict
-    ) -> bool:
-        """Answer the POST when it is a plain ``tools/call`` answerable exactly as the SDK would; False
-        (nothing sent) otherwise. Another replica's session raises ``Foreign`` before anything is sent."""
-        headers = self._headers(scope, found)
-        plan = self._plan(headers, body) if headers is not None else None
-        if plan is None or headers is None:
-            return False
-        version, request_id, name, arguments = plan
-        try:
-            await self._answer(send, headers, verdict, version, request_id, name, arguments)
-        except Foreign as exc:  # another replica's session: its owner answers
-            await self.endpoint.forwarding.relay(scope, body, exc.owner, send)
-        return True
-
-    def _headers(self, scope: Scope, headers: dict[bytes, bytes]) -> dict[bytes, bytes] | None:
-        """The request headers (``headers``: ``scope``'s as a dict), or None when one the SDK looks at
-        would make it answer differently."""
-        raw: list[tuple[bytes, bytes]] = scope["headers"]
-        if len(headers) != len(raw):
-            return None  # a repeated header: the SDK's first-or-last reading and its duplicate checks rule
-        media = (headers.get(b"content-type", b""), headers.get(b"accept", b""))
-        json_both = self.json_media.get(media)
-        if json_both is None:  # the same few pairs on every call of a harness: judged once each
-            json_both = media[0].split(b";", 1)[0].strip() == b"application/json" and accepts_json(media[1])
-            if len(self.json_media) >= _META_CACHE_SIZE:
-                self.json_media.clear()
-            self.json_media[media] = json_both
-        if not json_both:
-            return None
-        if _MCP_PARAM in b"\n" + b"\n".join(headers):  # a name starting mcp-param- (names hold no \n)
-            return None
-        return headers
-
-    def _plan(
-        self, headers: dict[bytes, bytes], body: bytes
-    ) -> tuple[str, int | str, str, dict[str, Any] | None] | None:
-        """(revision, request id, tool name, arguments) of a call the fast path can answer, else None."""
-        try:
-            message = exactjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if (
-            type(message) is not dict
-            or message.get("method") != "tools/call"
-            or message.get("jsonrpc") != "2.0"
-            or not _MESSAGE_KEYS.issuperset(message)
-        ):
-            return None
-        request_id = message.get("id")
-        if type(request_id) is not int and type(request_id) is not str:
-            return None  # missing (a notification), null, bool, float ...: the SDK's answer
-        params = message.get("params")
-        if type(params) is not dict or not _PARAM_KEYS.issuperset(params):
-            return None
-        name = params.get("name")
-        arguments = params.get("arguments")
-        if type(name) is not str or (arguments is not None and type(arguments) is not dict):
-            return None
-        header_version = headers.get(b"mcp-protocol-version")
-        version = self.default_version if header_version is None else header_version.decode("latin-1")
-        if version in self.handshake_versions:
-            if "_meta" in params:
-                return None  # request _meta (progress tokens, a stray modern envelope): the SDK's
-            return version, request_id, name, arguments
-        if version not in self.modern_versions:
-            return None
-        if not self._modern_ok(headers, message, version, params):
-            return None
-        return version, request_id, name, arguments
-
-    def _modern_ok(
-        self, headers: dict[bytes, bytes], message: dict[str, Any], version: str, params: dict[str, Any]
-    ) -> bool:
-        """A 2026-07-28 request passes the SDK's inbound ladder (routing headers agree with the body,
-        the envelope names this revision) and its ``_meta`` validates for ``tools/call``."""
-        from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
-
-        verdict = classify_inbound_request(message, headers=text_headers(headers.items()))
-        if not isinstance(verdict, InboundModernRoute) or verdict.protocol_version != version:
-            return False
-        meta = params.get("_meta")
-        try:
-            key = orjson.dumps(meta, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            return False
-        valid = self.valid_meta.get(key)
-        if valid is None:
-            valid = meta_valid(version, meta)
-            if len(self.valid_meta) >= _META_CACHE_SIZE:
-                self.valid_meta.clear()
-            self.valid_meta[key] = valid
-        return valid
-
-    async def _answer(
-        self,
-        send: Send,
-        headers: dict[bytes, bytes],
-        verdict: Verdict,
-        version: str,
-        request_id: int | str,
-        name: str,
-        arguments: dict[str, Any] | None,
-    ) -> None:
-        endpoint = self.endpoint
-        endpoint.fast_calls += 1
-        modern = version in self.modern_versions
-        status = 200
-        try:
-            retry = (
-                _latin1(headers.get(b"idempotency-key")),
-                _latin1(headers.get(b"mcp-session-id")),
-                request_id,
-                None,
-            )
-            reply = await endpoint._call(verdict, name, arguments, retry)
-            payload = self.results.encode(version, modern, request_id, reply)
-        except Foreign:
-            raise
-        except Exception as exc:
-            payload, status = error_answer(request_id, exc, modern)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload, "more_body": False})

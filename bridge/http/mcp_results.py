@@ -1,7 +1,7 @@
 """What a ``tools/call`` answers, put on the wire exactly as the MCP SDK puts it.
 
 ``McpEndpoint._call`` turns an upstream outcome or a refusal into a ``Reply`` (text, error flag,
-structured object). The SDK path wraps it with ``call_result``; the fast path (``bridge.http.mcp``)
+structured object). The SDK path wraps it with ``call_result``; the fast path (``bridge.http.mcp_fastpath``)
 hands it to ``Results``, which serializes it the SDK's way for the negotiated revision, and to the
 envelope and error helpers below, which encode and status the JSON-RPC answer as the SDK's
 transports do. ``tests/test_fastpath.py`` checks both paths answer byte for byte alike.
@@ -24,17 +24,24 @@ log = logging.getLogger("gym_mcp_bridge.mcp")
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What a ``tools/call`` answers: the text a model reads, whether it is an error, and the
-    upstream's JSON object (``structuredContent``) when it answered one."""
+    upstream's JSON object (``structuredContent``) when it answered one. A failure of the bridge's
+    own making (a refusal, an upstream it could not reach) names itself in Gym's words in the
+    result's ``_meta`` (``meta``: ``failure_kind``, ``failure_reason``, ``terminal``); the text
+    stays the one line a model reads."""
 
     text: str
     is_error: bool
     structured: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
 
 
-def call_result(text: str, is_error: bool, structured: dict[str, Any] | None = None) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
-    )
+def call_result(
+    text: str, is_error: bool, structured: dict[str, Any] | None = None, meta: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    content: list[types.ContentBlock] = [types.TextContent(type="text", text=text)]
+    if meta is None:  # unset, not None: the wire has no "_meta" key then
+        return types.CallToolResult(content=content, is_error=is_error, structured_content=structured)
+    return types.CallToolResult(content=content, is_error=is_error, structured_content=structured, _meta=meta)
 
 
 Serializer = Callable[[str, str, Any], dict[str, Any]]  # (method, revision, result) -> the wire's dict
@@ -76,6 +83,10 @@ class Results:
         self.templates: dict[tuple[str, bool, bool], dict[str, Any] | None] = {}
 
     def result(self, version: str, reply: Reply) -> dict[str, Any]:
+        if reply.meta is not None:  # a failure named in _meta: rare, so the serializer itself
+            return self.serialize(
+                "tools/call", version, call_result(reply.text, reply.is_error, reply.structured, reply.meta)
+            )
         key = (version, reply.is_error, reply.structured is not None)
         template = self.templates.get(key, _MISSING)
         if template is _MISSING:

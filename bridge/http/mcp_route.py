@@ -1,7 +1,8 @@
 """``/mcp`` as routed: what Starlette's routing hands every ``/mcp`` request to, once the guards
 (``http/guard.py``) have passed it.
 
-``POST``: the body is read here, once (``read_body``), and its size (413, ``max_body_bytes``), JSON
+``POST``: optional whitespace around header values is trimmed (``jsonrpc.trim_header_values``),
+the body is read here, once (``read_body``), and its size (413, ``max_body_bytes``), JSON
 depth (400, ``max_json_depth``) and tool-call argument size (413, ``max_argument_bytes``) checked,
 each refusal a JSON-RPC error; the REST surface checks the same limits as it reads its body. The
 bytes go on to ``McpEndpoint.post`` (the fast path, forwarding or the SDK) inside the request's
@@ -23,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from bridge import tracing
 from bridge.http.guard import answer_error, refuse, request_span, rollout_attribute
+from bridge.http.jsonrpc import trim_header_values
 from bridge.http.mcp import McpEndpoint
 from bridge.http.requests import (
     arguments_too_large,
@@ -51,6 +53,7 @@ class McpRoute:
         if scope["method"] != "POST":
             await self._other(scope, receive, send)
             return
+        trim_header_values(scope)  # RFC 9110: whitespace around a value is no part of it (Mcp-Name ...)
         settings = self.settings
         content_length = None
         for key, value in scope["headers"]:  # the last one, as a dict of them would keep

@@ -3,16 +3,19 @@
 body, what ``/mcp`` answers before a request reaches the MCP endpoint (the guard's limits, a bridge
 still starting, an owner replica that did not answer); ``upstream_response`` relays the upstream's
 answer unchanged (status, body, content type, Set-Cookie).
+
+Every refusal the bridge makes names its failure in Gym's words (``bridge.failures``): a REST body
+is ``{"detail", "failure_kind", "failure_reason", "terminal"}`` (``error_body``), a JSON-RPC error
+carries the same three keys as its ``error.data``. The upstream's own answers are relayed untouched.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from bridge import exactjson
+from bridge import exactjson, failures
 from bridge.upstream import UpstreamResponse
 
 if TYPE_CHECKING:
@@ -29,6 +32,8 @@ STATUS = {
     "allow_list": 403,
     "lost": 409,
     "ended": 409,
+    "expired": 409,
+    "token_expired": 401,
     "retry": 422,
     "log_incomplete": 409,
     "row_tools": 400,
@@ -43,25 +48,44 @@ STATUS = {
     "body_size": 413,
     "argument_size": 413,
     "not_ready": 503,
+    "draining": 503,
     "cap": 503,
     "budget": 503,
 }
 
 
-def refusal(exc: Rejected) -> JSONResponse:
-    return error(STATUS.get(exc.kind, 400), exc.reason, exc.retry_after)
+def refusal(exc: Rejected) -> Response:
+    return error(STATUS.get(exc.kind, 400), exc.reason, exc.retry_after, exc.kind)
 
 
-def error(status: int, reason: str, retry_after: int | None = None) -> JSONResponse:
+def error(status: int, reason: str, retry_after: int | None = None, kind: str | None = None) -> Response:
+    """A one-line refusal, ``{"detail": reason}`` with its failure in Gym's words (``error_body``)."""
     headers = {"retry-after": str(retry_after)} if retry_after is not None else None
-    return JSONResponse({"detail": reason}, status_code=status, headers=headers)
+    return Response(
+        error_body(status, reason, kind), status_code=status, media_type="application/json", headers=headers
+    )
 
 
-def jsonrpc_error(status: int, reason: str, request_id: int | str | None = None) -> bytes:
-    """A one-line refusal on ``/mcp`` as a JSON-RPC error body: code -32603 (internal error) for a
-    5xx status, else -32600 (invalid request)."""
-    code = -32603 if status >= 500 else -32600
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": reason}})
+def error_body(status: int, reason: str, kind: str | None = None) -> bytes:
+    """The JSON of a REST refusal: ``detail`` and the failure ``kind`` is (else the one ``status``
+    implies: ``failures.of``)."""
+    return exactjson.dumps(failures.refusal_body(reason, kind, status))
+
+
+def jsonrpc_error(
+    status: int,
+    reason: str,
+    request_id: int | str | None = None,
+    code: int | None = None,
+    kind: str | None = None,
+) -> bytes:
+    """A one-line refusal on ``/mcp`` as a JSON-RPC error body: ``code``, else -32603 (internal
+    error) for a 5xx status and -32600 (invalid request) for any other; ``data`` names the failure
+    in Gym's words (``kind``, else what ``status`` implies)."""
+    if code is None:
+        code = -32603 if status >= 500 else -32600
+    error = {"code": code, "message": reason, "data": failures.of(kind, reason, status).fields()}
+    return exactjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

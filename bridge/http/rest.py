@@ -6,7 +6,8 @@ goes back to the caller beside the bridge's own session cookie. ``POST /<tool>``
 session's cookie when the request names a session (token header or bridge cookie), else with the
 caller's cookies. ``/verify`` is handed to ``verify``; ``/close_session`` revokes the session;
 ``/aggregate_metrics`` is forwarded. ``GET /example_row`` serves the managed environment's first
-example row (for ``client-config`` with no row). Every refusal is a 4xx/5xx JSON ``{"detail": one line}``.
+example row (for ``client-config`` with no row). Every refusal is a 4xx/5xx JSON ``{"detail": one line}``
+with its failure in Gym's words (``failure_kind``, ``failure_reason``, ``terminal``: ``bridge.failures``).
 A request naming another replica's session (a verified token whose issuer is a peer) is relayed to
 that replica and answered with its response (``forwarding``).
 """
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bridge import exactjson, retries
+from bridge import exactjson, outcomes, retries
 from bridge import tools as tools_mod
 from bridge.admission import Foreign, Rejected
 from bridge.http import auth, skew
@@ -113,12 +114,11 @@ class RestSurface:
         except Rejected as exc:
             self.bridge.metrics.rejections.labels(exc.kind).inc()
             return refusal(exc)
-        except UpstreamRequestRefused as exc:
-            return error(400, str(exc))
-        except UpstreamTimeout as exc:
-            return error(504, str(exc))
-        except UpstreamUnavailable as exc:
-            return error(502, str(exc).splitlines()[0])
+        except (UpstreamRequestRefused, UpstreamTimeout, UpstreamUnavailable) as exc:
+            kind = outcomes.failure_name(exc)
+            self.bridge.metrics.rejections.labels(kind).inc()
+            reason = str(exc).splitlines()[0] if isinstance(exc, UpstreamUnavailable) else str(exc)
+            return error(outcomes.failure_status(exc), reason, kind=kind)
 
     async def seed_session(self, request: Request) -> Response:
         return await self._run(request, self._seed)
@@ -192,6 +192,8 @@ class RestSurface:
             outcome = await self.bridge.call_tool(
                 session, name, arguments, transport="http", rollout=rollout_id(request.scope), retry=retry
             )
+            if outcome.failure is not None:  # the upstream did not answer: the bridge's own failure
+                self.bridge.metrics.rejections.labels(outcome.failure.name).inc()
             out = Response(outcome.body, status_code=outcome.status, media_type=outcome.content_type)
             return self._with_session_cookie(add_cookies(out, outcome.set_cookies), session, remember=True)
         if name not in toolsets.openapi.tools and not toolsets.catch_all:
@@ -281,7 +283,7 @@ class RestSurface:
                 "/aggregate_metrics",
                 body,
                 cookies,
-                timeout=self.bridge.settings.verify_timeout_s,
+                timeout="verify_timeout_s",
                 rollout=rollout_id(request.scope),
             )
         )

@@ -15,6 +15,13 @@ With ``listen_when_ready`` (for a launcher such as Gym's ``gym env start``, whic
 the port as ready) the lifespan startup waits for the real app, or fails with the start's reason, so
 uvicorn starts accepting connections only when a seed can be served: until then a connection is
 refused, and nothing, not even ``/healthz``, answers.
+
+SIGTERM (``on_sigterm``, from ``serve``'s signal handling, before uvicorn's own shutdown begins)
+drains the sessions this replica holds (``Bridge.drain_sessions``): ``/readyz`` 503 and seeds 503 at
+once, while the port stays open so clients and peers' forwarding reach the sessions until each is
+finished or ``shutdown_grace_s`` ends; the sessions left then are named in the log. Only then is
+uvicorn asked to stop, and the lifespan's end stops the upstream. Before the bridge serves, or with
+``shutdown_grace_s`` 0, SIGTERM stops at once.
 """
 
 from __future__ import annotations
@@ -26,16 +33,20 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bridge import __version__
+from bridge.draining import named
 from bridge.http.liveness import liveness
-from bridge.http.responses import jsonrpc_error
+from bridge.http.responses import error_body, jsonrpc_error
 from bridge.settings import Settings
 from bridge.upstream import Upstream, UpstreamStartError, UpstreamTimeout, UpstreamUnavailable
+
+if TYPE_CHECKING:
+    from bridge.service import Bridge
 
 log = logging.getLogger("gym_mcp_bridge")
 
@@ -78,6 +89,8 @@ class ServingApp:
         self.notes: list[tuple[int, str]] = []  # (level, line) logged once it serves, not before a failure
         self.failure: str | None = None  # why the start failed, one line
         self._life: asyncio.Task[None] | None = None
+        self.bridge: Bridge | None = None  # once started
+        self._drain: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
         self._settled = asyncio.Event()  # the real app serves, or the start failed
 
@@ -127,7 +140,7 @@ class ServingApp:
             from bridge.http.app import create_app
             from bridge.service import Bridge
 
-            bridge = Bridge(self.settings, self.upstream, self.keys)
+            bridge = self.bridge = Bridge(self.settings, self.upstream, self.keys)
             bridge.bound = self.bound
             bridge.started_at = self.started_at  # uptime counts from the bind, as /healthz did
             await booting
@@ -163,6 +176,46 @@ class ServingApp:
             )
             await self._stopping.wait()
 
+    # -- drain ------------------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._drain is not None
+
+    def on_sigterm(self) -> None:
+        """Drain the sessions held, then ask uvicorn to stop; at once while starting or without a grace."""
+        grace = self.settings.shutdown_grace_s
+        if self._drain is not None:
+            return
+        if self.app is None or self.bridge is None or grace <= 0:
+            self.request_exit()
+            return
+        self._drain = asyncio.ensure_future(self._drained(self.bridge, grace))
+
+    async def _drained(self, bridge: Bridge, grace: float) -> None:
+        started = time.monotonic()
+        log.info(
+            "SIGTERM: draining %d unfinished sessions for at most %gs (shutdown_grace_s): /readyz answers 503 "
+            "and new seeds are refused; the sessions held are served to their end, directly and forwarded "
+            "by peers; a second SIGTERM or SIGINT stops at once",
+            len(bridge.sessions),
+            grace,
+        )
+        try:
+            left = await bridge.drain_sessions(grace)
+        finally:
+            self.request_exit()
+        if left:
+            log.warning(
+                "shutdown grace period of %gs ended with %d sessions unfinished; they are lost (this replica's "
+                "next process refuses them as lost): %s",
+                grace,
+                len(left),
+                named(left),
+            )
+        else:
+            log.info("drained in %.1fs: every session held finished; stopping", time.monotonic() - started)
+
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self._settled.set()
@@ -170,6 +223,8 @@ class ServingApp:
 
     async def _stop(self) -> None:
         self._stopping.set()
+        if self._drain is not None:
+            self._drain.cancel()  # a second signal: stop at once
         life = self._life
         if life is not None and not life.done() and self.app is None:
             life.cancel()  # still starting: stop where it is
@@ -192,10 +247,10 @@ class ServingApp:
             status, payload = 503, orjson.dumps({"ready": False, "reason": self._reason()})
         elif path == "/mcp":
             status, retry = 503, [(b"retry-after", b"2")]
-            payload = jsonrpc_error(status, f"bridge starting: {self._reason()}")
+            payload = jsonrpc_error(status, f"bridge starting: {self._reason()}", kind="not_ready")
         else:
             status, retry = 503, [(b"retry-after", b"2")]
-            payload = orjson.dumps({"detail": f"bridge starting: {self._reason()}"})
+            payload = error_body(status, f"bridge starting: {self._reason()}", "not_ready")
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode()),

@@ -4,7 +4,8 @@
 - ``client``: ``UpstreamClient``, the one client every request to the upstream goes through (the
   keep-alive pool for ``http://``, httpx for ``https://``);
 - ``transport``: the keep-alive HTTP/1.1 client (``KeepAlivePool``; ``PeerClient`` to another
-  replica), request checks and the errors a request raises;
+  replica) and the errors a request raises; ``gate``: how many of its requests hold a connection at
+  once (fixed, or adaptive to the upstream); ``requestcheck``: what is never written to it;
 - ``response``: ``UpstreamResponse``, an answer as plain values;
 - ``child``: the managed child process (``BootInfo``: what it wrote once it bound);
 - ``boot``: the script a managed upstream runs under Gym's interpreter (never imported here);
@@ -19,15 +20,14 @@ to this package (their own tests excepted): ``tests/test_architecture.py`` holds
 
 from bridge.upstream.child import BootInfo
 from bridge.upstream.process import Upstream, UpstreamStartError
+from bridge.upstream.requestcheck import UpstreamRequestRefused, check_request
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
     ConnectTimeout,
     PeerClient,
     PoolStats,
-    UpstreamRequestRefused,
     UpstreamTimeout,
     UpstreamUnavailable,
-    check_request,
 )
 
 __all__ = [

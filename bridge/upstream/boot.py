@@ -19,7 +19,9 @@ the socket is bound here on HOST:PORT (0 picks a free port), and the port file r
 object (port, host, server_name, class, gym_version, pid, example_rows) before uvicorn serves on
 that socket. Errors are printed as one line prefixed ``upstream_boot:`` and exit 2. The bridge
 runs this under the server's own environment when its ``requirements.txt`` asks for one
-(``bridge.upstream.envs``).
+(``bridge.upstream.envs``). It raises its soft ``RLIMIT_NOFILE`` to the hard one first, as the
+bridge does (in a sidecar container it starts at the runtime's soft 1,024): the bridge opens as many
+connections to it as calls are in flight.
 """
 
 from __future__ import annotations
@@ -316,6 +318,20 @@ def write_port_file(path: Path, info: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def raise_open_files() -> None:
+    """The soft ``RLIMIT_NOFILE`` raised to the hard one (Linux's ``nr_open`` when unlimited)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        with contextlib.suppress(OSError, ValueError):
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+    if soft != resource.RLIM_INFINITY and target != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def die_with_parent(parent_pid: int) -> None:
     """Linux: get SIGTERM when the bridge dies, even by SIGKILL, so no upstream is orphaned."""
     try:
@@ -342,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         del sys.path[0]  # the bridge's own directory: its modules must not shadow a server's imports
     if args.parent_pid:
         die_with_parent(args.parent_pid)
+    raise_open_files()
     print(
         f"upstream_boot: loading {args.server} with nemo-gym from {sys.prefix}", file=sys.stderr, flush=True
     )

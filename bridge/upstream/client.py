@@ -5,7 +5,10 @@ An ``http://`` upstream (a managed child always) is spoken to over the keep-aliv
 readiness probes); an ``https://`` upstream over httpx (TLS with the CA bundle), behind the same
 method. Either way a request is checked by ``check_request`` before a byte is written, and a
 failure is a ``TimeoutError`` (the budget ran out) or an ``OSError`` (not sent, or the answer
-broke off); ``process.Upstream`` names the cause.
+broke off); ``process.Upstream`` names the cause. A request's budget bounds the upstream's time
+alone (None: no bound, as Gym's own clients set none): waiting for a free connection of the pool
+never counts against it, connecting has its own ``CONNECT_TIMEOUT_S``, and a probe (a GET) waits
+for a connection no longer than its budget.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 import httpx
 
 from bridge.settings import Settings
+from bridge.upstream.requestcheck import check_request
 from bridge.upstream.response import UpstreamResponse
-from bridge.upstream.transport import KeepAlivePool, PoolStats, check_request
+from bridge.upstream.transport import ConnectTimeout, KeepAlivePool, PoolStats
+
+CONNECT_TIMEOUT_S = 5.0  # one connect attempt to the upstream (nothing sent yet)
+# Unset upstream_connections: the pool starts at this many and grows while the upstream keeps up
+# (``gate.Gate``), up to a quarter of the open-file limit
+ADAPTIVE_FLOOR = 256
 
 # httpcore runs ``import sniffio`` on every request (to tell asyncio from trio) and falls back to
 # asyncio when it is missing; without sniffio installed each of those imports searches sys.path
@@ -45,13 +54,15 @@ class UpstreamClient:
     def __init__(self, settings: Settings, mode: str, url: str | None) -> None:
         self.settings = settings
         self.mode = mode
+        self.limit = settings.connection_bounds()[0]  # the file limit is raised by now (``serve``)
         self.httpx = httpx.AsyncClient(
             # Never keep cookies in the shared client: each request carries exactly its session's cookie.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-            timeout=httpx.Timeout(settings.tool_timeout_s, connect=5.0),
+            # The read budget is each request's own; waiting for a pooled connection is not bounded.
+            timeout=httpx.Timeout(settings.tool_timeout_s, connect=CONNECT_TIMEOUT_S, pool=None),
             limits=httpx.Limits(
-                max_connections=settings.upstream_connections,
-                max_keepalive_connections=max(4, settings.upstream_connections // 8),
+                max_connections=self.limit,
+                max_keepalive_connections=max(4, min(256, self.limit // 8)),
                 keepalive_expiry=60,
             ),
             verify=tls_verification(url),
@@ -65,20 +76,26 @@ class UpstreamClient:
         path: str,
         body: bytes,
         headers: dict[str, str],
-        budget: float,
+        budget: float | None,
         via_httpx: bool = False,
     ) -> UpstreamResponse:
         """``method`` (GET or POST) ``path`` at ``url``: ``UpstreamRequestRefused`` (nothing sent)
-        for a path or header that fails ``check_request``; TimeoutError when it did not end within
-        ``budget``; ``OSError`` when it could not be sent or its answer broke off. ``via_httpx``:
-        over httpx whatever the URL (its tests)."""
+        for a path or header that fails ``check_request``; TimeoutError when the upstream did not
+        answer within ``budget`` (None: no limit; a GET, a probe, always has one and counts its wait
+        for a connection in it); ``OSError`` when it could not be sent or its answer broke off.
+        ``via_httpx``: over httpx whatever the URL (its tests)."""
         if via_httpx or not url.startswith("http://"):
             check_request(path, headers)  # also here: this path must refuse what the pool refuses
             content = body if method == "POST" else None
+            timeout = httpx.Timeout(
+                budget, connect=CONNECT_TIMEOUT_S, pool=budget if method == "GET" else None
+            )
             try:
                 answer = await self.httpx.request(
-                    method, f"{url}{path}", content=content, headers=headers, timeout=budget
+                    method, f"{url}{path}", content=content, headers=headers, timeout=timeout
                 )
+            except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # nothing sent
+                raise ConnectTimeout(f"no connection to {url} within the budget: {exc}") from exc
             except httpx.TimeoutException as exc:
                 raise TimeoutError(str(exc)) from exc
             except httpx.HTTPError as exc:
@@ -96,12 +113,16 @@ class UpstreamClient:
             # upstream never closes one under a request we just wrote: ours runs uvicorn with 75 s;
             # an external server may use uvicorn's default 5 s.
             expiry = 60.0 if self.mode == "managed" else 4.0
-            limit = self.settings.upstream_connections
+            fixed = self.settings.upstream_connections is not None  # else adaptive, up to the limit
             pool = self.pool = KeepAlivePool(
-                url, max_connections=limit, expiry_s=expiry, connect_timeout_s=5.0
+                url,
+                max_connections=self.limit if fixed else min(ADAPTIVE_FLOOR, self.limit),
+                expiry_s=expiry,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
+                ceiling=None if fixed else self.limit,
             )
         if method == "GET":
-            status, raw_headers, content_bytes = await pool.get(path, budget)
+            status, raw_headers, content_bytes = await pool.get(path, budget if budget is not None else 10.0)
         else:
             status, raw_headers, content_bytes = await pool.post(path, body, headers, budget)
         return UpstreamResponse(status, raw_headers, content_bytes)
@@ -109,7 +130,7 @@ class UpstreamClient:
     def stats(self) -> PoolStats:
         """The pool's connections now: in use, idle, requests queued for one, the bound."""
         if self.pool is None:
-            return PoolStats(limit=self.settings.upstream_connections)
+            return PoolStats(limit=self.limit)
         return self.pool.stats()
 
     async def aclose(self) -> None:

@@ -23,6 +23,7 @@ install.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import fcntl
 import hashlib
 import json
@@ -296,9 +297,34 @@ async def build(target: Path, name: str, lines: list[str], base: BaseInfo, gym_p
         log.info("built the environment of %s in %.1fs", name, time.monotonic() - started)
 
 
+def bundled(roots: list[Path]) -> list[str]:
+    """The names of the environments bundled with Gym (``resources_servers/<name>/app.py``)."""
+    found = {path.parent.name for root in roots for path in root.glob("*/app.py")}
+    return sorted(name for name in found if not name.startswith(("_", ".")))
+
+
+def unknown_name(spec: str, roots: list[Path]) -> str | None:
+    """Why ``spec`` names no environment, with the close matches to choose from, when it is a bare
+    name (not ``module:Class`` nor a config YAML) that no ``resources_servers`` portion bundles."""
+    if not roots or ":" in spec or spec.endswith((".yaml", ".yml")):
+        return None
+    names = bundled(roots)
+    if spec in names:
+        return None
+    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return (
+        f"no bundled Gym environment named {spec!r}; {hint}--resources-server takes the name of one of the "
+        f"{len(names)} bundled here (docs/compatibility.md lists which run), module:Class, or config.yaml[:instance]"
+    )
+
+
 async def ensure(spec: str, gym_python: Path, cache: Path | None = None) -> GymEnv:
     """The interpreter and directory to run ``spec`` with, building its own environment on first use."""
     base = await query_base(gym_python)
+    unknown = unknown_name(spec, base.roots)
+    if unknown is not None:
+        raise EnvBuildError(unknown)
     directory = locate(spec, base.roots)
     if directory is None:
         return GymEnv(python=gym_python, directory=None)

@@ -65,7 +65,11 @@ def _payload(response: UpstreamResponse) -> dict[str, Any] | None:
 
 
 async def _request(
-    upstream: Upstream, method: str, params: dict[str, Any], headers: dict[str, str] | None, timeout: float
+    upstream: Upstream,
+    method: str,
+    params: dict[str, Any],
+    headers: dict[str, str] | None,
+    timeout: float | str | None,
 ) -> tuple[UpstreamResponse, dict[str, Any] | None]:
     body = exactjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
     response = await upstream.post(MCP_PATH, body, _headers(headers), timeout=timeout)
@@ -116,9 +120,15 @@ def result_of(response: UpstreamResponse, message: dict[str, Any] | None) -> tup
 
 
 async def call(
-    upstream: Upstream, headers: dict[str, str], name: str, arguments: dict[str, Any], timeout: float
+    upstream: Upstream,
+    headers: dict[str, str],
+    name: str,
+    arguments: dict[str, Any],
+    timeout: float | str | None = "tool_timeout_s",
 ) -> tuple[UpstreamResponse, str, bool, Any]:
-    """Forward one ``tools/call`` with the session's upstream token: (answer, text, is_error, structured)."""
+    """Forward one ``tools/call`` with the session's upstream token: (answer, text, is_error,
+    structured). ``timeout`` as ``Upstream.post`` takes it: by default the operator's
+    ``tool_timeout_s`` (unset: no limit)."""
     response, message = await _request(
         upstream, "tools/call", {"name": name, "arguments": arguments}, headers, timeout
     )

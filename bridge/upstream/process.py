@@ -43,12 +43,13 @@ from bridge.upstream import envs as gym_envs
 from bridge.upstream.child import BootInfo, Child, exit_text
 from bridge.upstream.client import UpstreamClient
 from bridge.upstream.response import UpstreamResponse
-from bridge.upstream.transport import PoolStats, UpstreamTimeout, UpstreamUnavailable
+from bridge.upstream.transport import ConnectTimeout, PoolStats, UpstreamTimeout, UpstreamUnavailable
 
 log = logging.getLogger("gym_mcp_bridge.upstream")
 
 _POLL_S = 0.05
 _DEATH_WAIT_S = 0.3  # how long a failed request waits to learn whether the child died
+_WAITING_LINE_S = 10.0  # an external upstream that does not answer yet: a log line this often
 
 
 class UpstreamStartError(Exception):
@@ -124,17 +125,30 @@ class Upstream:
 
     async def _wait_external(self) -> None:
         budget = self.settings.startup_timeout_s
-        deadline = time.monotonic() + budget
+        started = time.monotonic()
+        deadline = started + budget
         last_error = "no answer"
+        lines = Throttle(_WAITING_LINE_S)  # the first failure at once, then one line per interval
         while time.monotonic() < deadline:
             try:
                 response = await self._send("GET", "/openapi.json", b"", {}, 2.0)
                 if response.status_code == 200:
+                    if last_error != "no answer":  # a wait was logged: say that it ended
+                        log.info("upstream %s answers after %.1fs", self.url, time.monotonic() - started)
                     return
                 last_error = f"HTTP {response.status_code} from /openapi.json"
             except OSError as exc:  # TimeoutError too
                 last_error = _describe(exc)
             self.not_ready_reason = f"waiting for upstream {self.url}: {last_error}"
+            if lines.tick() is not None:
+                log.warning(
+                    "waiting for upstream %s: %s (%.0fs of its %gs startup budget; check --upstream-url / "
+                    "GYM_MCP_BRIDGE_UPSTREAM_URL)",
+                    self.url,
+                    last_error,
+                    time.monotonic() - started,
+                    budget,
+                )
             await asyncio.sleep(0.25)
         raise UpstreamStartError(
             f"upstream {self.url} did not answer within {budget:g}s ({last_error}); "
@@ -298,12 +312,15 @@ class Upstream:
     # -- requests -------------------------------------------------------------------------------
 
     async def post(
-        self, path: str, body: bytes, headers: dict[str, str], timeout: float | None = None
+        self, path: str, body: bytes, headers: dict[str, str], timeout: float | str | None = "tool_timeout_s"
     ) -> UpstreamResponse:
         """POST ``body`` to ``path``: the answer, or ``UpstreamTimeout`` / ``UpstreamUnavailable``;
         ``UpstreamRequestRefused`` (nothing sent; answer 400) for a path or header that fails
-        ``check_request`` (both the pool and the httpx path check). With tracing on, a client span
-        whose ``traceparent`` goes upstream."""
+        ``check_request`` (both the pool and the httpx path check). ``timeout`` bounds the upstream's
+        time alone, never the wait for a connection: the name of the setting that holds the
+        operator's limit (``tool_timeout_s``, ``verify_timeout_s``; unset: no limit; named in the
+        refusal), or seconds (the bridge's own small calls), or None (no limit). With tracing on, a
+        client span whose ``traceparent`` goes upstream."""
         if not tracing.ENABLED:
             return await self._post(path, body, headers, timeout)
         shown = rollouts.shown_path(path)  # a long rollout id as its label
@@ -318,22 +335,24 @@ class Upstream:
         path: str,
         body: bytes,
         headers: dict[str, str],
-        timeout: float | None = None,
+        timeout: float | str | None = "tool_timeout_s",
         via_httpx: bool = False,
     ) -> UpstreamResponse:
-        budget = timeout if timeout is not None else self.settings.tool_timeout_s
+        budget = getattr(self.settings, timeout) if isinstance(timeout, str) else timeout
         try:
             return await self._send("POST", path, body, headers, budget, via_httpx)
+        except ConnectTimeout as exc:  # nothing sent: the upstream is not reachable (502)
+            raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {exc}") from exc
         except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"upstream did not answer {rollouts.shown_path(path)} within {budget:g}s"
-            ) from exc
+            named = f" ({timeout})" if isinstance(timeout, str) else ""
+            within = f"within {budget:g}s{named}" if budget is not None else f"in time: {_describe(exc)}"
+            raise UpstreamTimeout(f"upstream did not answer {rollouts.shown_path(path)} {within}") from exc
         except OSError as exc:
             reason = await self.failure_cause(exc)  # names the child's death when it died under the call
             raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
 
     async def _post_httpx(
-        self, path: str, body: bytes, headers: dict[str, str], budget: float
+        self, path: str, body: bytes, headers: dict[str, str], budget: float | str | None
     ) -> UpstreamResponse:
         """``post`` as an ``https://`` upstream gets it (over httpx), whatever this one's URL."""
         return await self._post(path, body, headers, budget, via_httpx=True)
@@ -344,7 +363,7 @@ class Upstream:
         path: str,
         body: bytes,
         headers: dict[str, str],
-        budget: float,
+        budget: float | None,
         via_httpx: bool = False,
     ) -> UpstreamResponse:
         """The one way a request reaches the upstream (``UpstreamClient.send``): TimeoutError or

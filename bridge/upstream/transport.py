@@ -1,18 +1,11 @@
-"""The raw HTTP/1.1 keep-alive client: the upstream's request checks, the pool, its errors.
+"""The raw HTTP/1.1 keep-alive client: the pool and its errors.
 
 One ``KeepAlivePool`` per ``http(s)://host:port`` it talks to: the upstream (``post``, with the
 checks below) and, for forwarding, each peer replica (``send``: a request the caller serialized from
 a request that already went through a server's parser, relayed byte for byte).
 
-Requests are checked before a byte is written (defence in depth: the entries validate tool names
-too): the path must be ``/`` plus 1-128 of ``[A-Za-z0-9_.-]`` (the MCP tool-name rule, which
-``/seed_session``, ``/verify``, ``/close_session``, ``/aggregate_metrics`` and every ``/<tool>`` fit),
-optionally under Gym's ``/ng-rollout/<id>`` with an id of nemo-gym's rule (``bridge.rollouts``: ASCII
-letters, digits, ``.``, ``_``, ``-``; any length, as Gym's own middleware takes it), header names
-must be HTTP tokens other than the framing headers the client writes itself, and header values
-must be Latin-1 without control characters (tab allowed). Anything else raises
-``UpstreamRequestRefused`` (a ``ValueError``; the caller answers 400), on the pooled and the httpx
-path alike.
+Requests are checked (``requestcheck.check_request``) before a byte is written: anything unsafe
+raises ``UpstreamRequestRefused`` (the caller's 400) on the pooled and the httpx path alike.
 
 A pooled connection carries one exchange at a time and goes back to the pool only when that exchange
 ended exactly: one complete response and no byte beyond it. Bytes after the response (in the same
@@ -21,18 +14,26 @@ read or later), a second or pipelined response, any byte that arrives while the 
 timeout, a cancelled call or ``connection: close`` close it instead, so no caller ever reads an
 answer meant for another. Every request reaches the upstream through ``Upstream._send``: this
 pool for ``http://`` upstreams (tool calls, the tool list, the probes), httpx (``process.py``) for
-``https://`` ones. Waiting for
-a free connection or connecting past its budget raises ``ConnectTimeout`` (a ``TimeoutError``):
-nothing was sent, which a relay tells apart from an exchange that timed out.
+``https://`` ones.
+
+A request's budget (``timeout``; None: no limit, as Gym's own clients have none) counts the exchange
+alone: from the write of the request to the end of its answer. Waiting for a free connection never
+counts against it and never fails the request (a probe may bound its wait with ``wait_s``);
+connecting has its own budget (``connect_timeout_s``). A connect past that budget, or a probe's wait
+past ``wait_s``, raises ``ConnectTimeout`` (a ``TimeoutError``): nothing was sent, which a relay
+tells apart from an exchange that timed out.
 
 A pool is bounded: at most ``max_connections`` open at once. A request past the bound waits (queued,
-first come first served) for a connection to come free, within its own budget; so does one whose
+first come first served) for a connection to come free, as long as that takes; so does one whose
 connect fails for want of a descriptor (EMFILE, ENFILE: nothing was sent, so connecting again is
-safe), logged at most once a second. At most ``max_idle`` connections are kept idle (more only while
-requests are queued, which take them at once; the first exchange to end with none queued closes the
-surplus), and idle ones are closed ``expiry_s`` after their last exchange by a sweep, not only when
-the next request finds them: a burst leaves no crowd of idle connections behind. ``stats`` reports
-busy, idle and queued for ``/metrics`` and ``/healthz``.
+safe; the wait is not part of the connect budget), logged at most once a second. Each wait is
+counted (``poolstats.Waits``; ``stats``: the ``/metrics`` histogram). At most ``max_idle``
+connections are kept idle, or as many as are in use when more are (under a steady load an answered
+connection serves the next request instead of a new connect), more only while requests are queued,
+which take them at once; the first exchange to end past that closes the surplus; idle ones are
+closed ``expiry_s`` after their last exchange by a sweep, not only when the next request finds
+them: a burst leaves no crowd of idle connections behind. ``stats`` reports busy, idle, queued and
+the waits for ``/metrics`` and ``/healthz``.
 """
 
 from __future__ import annotations
@@ -40,23 +41,24 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import re
 import select
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httptools
 import httpx
 
-from bridge.rollouts import ID_PATTERN, ROLLOUT
 from bridge.throttle import Throttle
+from bridge.upstream.gate import LAG_S, Gate
+from bridge.upstream.poolstats import PoolStats, Waits
+from bridge.upstream.requestcheck import check_request
 
 log = logging.getLogger("gym_mcp_bridge.transport")
 
 _NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})  # connect failed for want of a descriptor
 _DESCRIPTOR_RETRY_S = 0.05
+MAX_IDLE = 256  # idle connections kept at most, whatever the bound (a burst leaves no crowd behind)
 
 
 class UpstreamUnavailable(Exception):
@@ -64,63 +66,11 @@ class UpstreamUnavailable(Exception):
 
 
 class UpstreamTimeout(Exception):
-    """The upstream did not answer within the budget (504)."""
+    """The upstream did not answer within the operator's limit (504)."""
 
 
 class ConnectTimeout(TimeoutError):
-    """No connection within the budget (all busy, or connecting took too long): nothing was sent."""
-
-
-class UpstreamRequestRefused(ValueError):
-    """A request that must not be sent (bad path or header); nothing was written (the caller's 400)."""
-
-
-# The MCP tool-name rule; every path the bridge posts (/seed_session, /verify, /<tool>, ...) fits it:
-# one path segment, optionally under Gym's rollout prefix /ng-rollout/<id> (nemo-gym's ROLLOUT_ID_PATTERN)
-_PATH = re.compile(rf"(?:{re.escape(ROLLOUT)}{ID_PATTERN.pattern})?/[A-Za-z0-9_.-]{{1,128}}")
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # CR, LF, NUL and the rest, tab excepted
-_FRAMING = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # ours to write
-_GOOD_NAMES: set[str] = set()  # header names already checked (a handful in practice; capped)
-
-
-def check_request(path: str, headers: dict[str, str]) -> None:
-    """Raise ``UpstreamRequestRefused`` with a one-line reason (never echoing a header value, which
-    may be a session cookie) unless the request line and headers are safe to write."""
-    if not _PATH.fullmatch(path):
-        raise UpstreamRequestRefused(
-            f"refused to send path {path[:80]!r}: it must be '/' plus 1-128 of A-Z a-z 0-9 _ . -, "
-            "optionally under /ng-rollout/<id>"
-        )
-    for name, value in headers.items():
-        if name not in _GOOD_NAMES:
-            _check_name(name)
-        if not (value.isascii() and value.isprintable()):  # the common case in 0.2 us; else look closer
-            _check_value(name, value)
-
-
-def _check_name(name: str) -> None:
-    if not _TOKEN.fullmatch(name):
-        raise UpstreamRequestRefused(f"refused to send header name {name[:80]!r}: not an HTTP token")
-    if name.lower() in _FRAMING:
-        raise UpstreamRequestRefused(f"refused to send header {name!r}: the client writes it itself")
-    if len(_GOOD_NAMES) < 256:
-        _GOOD_NAMES.add(name)
-
-
-def _check_value(name: str, value: str) -> None:
-    bad = _CONTROL.search(value)
-    if bad is not None:
-        raise UpstreamRequestRefused(
-            f"refused to send header {name!r}: control character {ord(bad.group()):#04x} "
-            f"at offset {bad.start()} of its value"
-        )
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError as exc:
-        raise UpstreamRequestRefused(
-            f"refused to send header {name!r}: non-Latin-1 character at offset {exc.start} of its value"
-        ) from None
+    """No connection within the connect budget (or a probe's wait): nothing was sent."""
 
 
 class _ExtraResponse(Exception):
@@ -202,20 +152,22 @@ class _Exchange(asyncio.Protocol):
             self.waiter.set_exception(exc)
 
     async def exchange(
-        self, request: bytes, timeout: float, loop: asyncio.AbstractEventLoop
+        self, request: bytes, timeout: float | None, loop: asyncio.AbstractEventLoop
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds."""
+        """Write one request and wait for its whole response; TimeoutError after ``timeout`` seconds
+        (None: as long as it takes)."""
         if self.closed or self.transport is None or self.in_flight:
             raise ConnectionError(f"{self.peer} closed the connection")
         self._reset()
         waiter = self.waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._fail, TimeoutError())
+        timer = None if timeout is None else loop.call_later(timeout, self._fail, TimeoutError())
         try:
             self.in_flight = True
             self.transport.write(request)
             await waiter
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
         return self.status, self.headers, b"".join(self.body)
 
     def quiet(self) -> bool:
@@ -230,27 +182,6 @@ class _Exchange(asyncio.Protocol):
         self.in_flight = False
         if self.transport is not None:
             self.transport.close()
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """Connections of one pool (or a sum of pools): in use, idle, requests waiting, the bound."""
-
-    busy: int = 0
-    idle: int = 0
-    queued: int = 0
-    limit: int = 0
-
-    def __add__(self, other: PoolStats) -> PoolStats:
-        return PoolStats(
-            self.busy + other.busy,
-            self.idle + other.idle,
-            self.queued + other.queued,
-            self.limit + other.limit,
-        )
-
-    def as_dict(self) -> dict[str, int]:
-        return {"busy": self.busy, "idle": self.idle, "queued": self.queued, "limit": self.limit}
 
 
 class KeepAlivePool:
@@ -272,6 +203,7 @@ class KeepAlivePool:
         connect_timeout_s: float,
         peer: str = "upstream",
         max_idle: int | None = None,
+        ceiling: int | None = None,
     ) -> None:
         parts = httpx.URL(url)
         self.url = url
@@ -288,37 +220,40 @@ class KeepAlivePool:
         self.connect_timeout_s = connect_timeout_s
         self.idle: list[_Exchange] = []
         self.max_connections = max_connections
-        self.max_idle = max_idle if max_idle is not None else max(4, max_connections // 8)
-        self.gate = asyncio.Semaphore(max_connections)
+        self.max_idle = max_idle if max_idle is not None else max(4, min(MAX_IDLE, max_connections // 8))
+        # ``ceiling``: adaptive, from max_connections up to it while the upstream keeps up (gate.py)
+        self.gate = Gate(max_connections, ceiling, self.lagging if ceiling is not None else None)
+        self._probe_conn: _Exchange | None = None
         self.busy = 0  # connections (or connects) in use
         self.queued = 0  # requests waiting for one
+        self.waits = Waits()  # the requests that waited for a connection, and how long
         self._sweep: asyncio.TimerHandle | None = None
         self._no_descriptor_lines = Throttle()
 
     def stats(self) -> PoolStats:
-        return PoolStats(self.busy, len(self.idle), self.queued, self.max_connections)
+        return PoolStats(self.busy, len(self.idle), self.queued, self.gate.limit, *self.waits.figures())
 
-    async def _connect(self, timeout: float) -> _Exchange:
+    async def _connect(self, budget: float) -> _Exchange:
+        """A new connection, each attempt within ``budget`` seconds (``ConnectTimeout`` past it); a
+        connect that fails for want of a descriptor waits and connects again, as long as that takes."""
         loop = asyncio.get_running_loop()
-        budget = min(timeout, self.connect_timeout_s)
-        try:
-            async with asyncio.timeout(budget):
-                while True:
-                    try:
-                        _, protocol = await loop.create_connection(
-                            lambda: _Exchange(self.peer, poll_idle=self.ssl is None),
-                            self.host,
-                            self.port,
-                            ssl=self.ssl,
-                        )
-                        return protocol
-                    except OSError as exc:
-                        if exc.errno not in _NO_DESCRIPTOR:
-                            raise
-                        self._no_descriptor(exc)
-                        await asyncio.sleep(_DESCRIPTOR_RETRY_S)  # nothing sent: connecting again is safe
-        except TimeoutError as exc:
-            raise ConnectTimeout(f"no connection to {self.url} within {budget:g}s") from exc
+        while True:
+            try:
+                async with asyncio.timeout(budget):
+                    _, protocol = await loop.create_connection(
+                        lambda: _Exchange(self.peer, poll_idle=self.ssl is None),
+                        self.host,
+                        self.port,
+                        ssl=self.ssl,
+                    )
+                    return protocol
+            except TimeoutError as exc:
+                raise ConnectTimeout(f"no connection to {self.url} within {budget:g}s") from exc
+            except OSError as exc:
+                if exc.errno not in _NO_DESCRIPTOR:
+                    raise
+                self._no_descriptor(exc)
+                await asyncio.sleep(_DESCRIPTOR_RETRY_S)  # nothing sent: connecting again is safe
 
     def _no_descriptor(self, exc: OSError) -> None:
         if self._no_descriptor_lines.tick() is not None:
@@ -333,6 +268,27 @@ class KeepAlivePool:
                 self.busy,
             )
 
+    async def lagging(self) -> bool:
+        """Whether the upstream's loop is behind: a GET of its ``/openapi.json`` (cached by FastAPI) on
+        a connection of its own, outside the gate, not answered within ``LAG_S`` (or failed)."""
+        loop = asyncio.get_running_loop()
+        request = (
+            b"GET /openapi.json HTTP/1.1\r\nhost: "
+            + self.host_header
+            + b"\r\nuser-agent: gym-mcp-bridge\r\n\r\n"
+        )
+        began = loop.time()
+        try:
+            if self._probe_conn is None or not self._probe_conn.quiet():
+                self._probe_conn = await self._connect(self.connect_timeout_s)
+            await self._probe_conn.exchange(request, 1.0, loop)
+        except (OSError, TimeoutError):
+            if self._probe_conn is not None:
+                self._probe_conn.close()
+                self._probe_conn = None
+            return True
+        return loop.time() - began > LAG_S
+
     def _take(self) -> _Exchange | None:
         now = time.monotonic()
         while self.idle:
@@ -343,11 +299,11 @@ class KeepAlivePool:
         return None
 
     async def post(
-        self, path: str, body: bytes, headers: dict[str, str], timeout: float
+        self, path: str, body: bytes, headers: dict[str, str], timeout: float | None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """One request on a pooled connection; TimeoutError when the whole of it (waiting for a free
-        connection, connecting, the exchange) takes longer than ``timeout`` seconds;
-        ``UpstreamRequestRefused`` (nothing sent) for a path or header that fails ``check_request``."""
+        """One request on a pooled connection (``send``: ``timeout`` bounds the exchange alone, None
+        not at all); ``UpstreamRequestRefused`` (nothing sent) for a path or header that fails
+        ``check_request``."""
         check_request(path, headers)
         head = [b"POST ", path.encode("latin-1"), b" HTTP/1.1\r\nhost: ", self.host_header]
         for name, value in headers.items():
@@ -361,7 +317,8 @@ class KeepAlivePool:
 
     async def get(self, path: str, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """A GET of ``path`` (checked as ``post`` checks it) on a pooled connection: the upstream's
-        ``/openapi.json`` and readiness probes go the way its tool calls go."""
+        ``/openapi.json`` and readiness probes go the way its tool calls go, but a probe waits for a
+        free connection no longer than its own ``timeout`` (``ConnectTimeout`` then)."""
         check_request(path, {})
         request = b"".join(
             (
@@ -372,47 +329,56 @@ class KeepAlivePool:
                 b"\r\nuser-agent: gym-mcp-bridge\r\n\r\n",
             )
         )
-        return await self.send(request, timeout)
+        return await self.send(request, timeout, wait_s=timeout)
 
-    async def send(self, request: bytes, timeout: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def send(
+        self, request: bytes, timeout: float | None, wait_s: float | None = None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Write ``request`` (a whole serialized HTTP/1.1 request with a body, never HEAD) on a pooled
         connection and read its whole answer: (status, headers with lower-cased names, body).
-        ``ConnectTimeout`` when no connection came within the budget (nothing sent), TimeoutError
-        when the exchange did not end within it, ``OSError`` when connecting failed or the
+        ``timeout`` bounds the exchange alone (None: no bound): TimeoutError past it. Waiting for a
+        free connection counts against nothing and lasts as long as it takes, unless ``wait_s`` bounds
+        it (a probe). ``ConnectTimeout`` when connecting took longer than ``connect_timeout_s`` or the
+        wait longer than ``wait_s`` (nothing sent), ``OSError`` when connecting failed or the
         connection broke (``ConnectionError``) before the answer ended."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        if self.gate.locked():  # all connections busy: queued; the wait counts against the budget
+        if self.gate.locked():  # all connections busy: queued until one comes free
             self.queued += 1
+            began = loop.time()
             try:
-                async with asyncio.timeout(timeout):
+                if wait_s is None:
                     await self.gate.acquire()
+                else:
+                    async with asyncio.timeout(wait_s):
+                        await self.gate.acquire()
             except TimeoutError as exc:
-                raise ConnectTimeout(f"no free connection to {self.url} within {timeout:g}s") from exc
+                raise ConnectTimeout(f"no free connection to {self.url} within {wait_s:g}s") from exc
             finally:
                 self.queued -= 1
+                self.waits.observe(loop.time() - began)
         else:
             await self.gate.acquire()
         self.busy += 1
         try:
-            conn = self._take() or await self._connect(deadline - loop.time())
+            conn = self._take() or await self._connect(self.connect_timeout_s)
             try:
-                status, raw_headers, content = await conn.exchange(request, deadline - loop.time(), loop)
+                status, raw_headers, content = await conn.exchange(request, timeout, loop)
             except BaseException:
                 conn.close()  # timed out, cancelled or broken mid-exchange: never reuse it
                 raise
         finally:
             self.busy -= 1
             self.gate.release()
-        if conn.keep_alive and not conn.closed and (len(self.idle) < self.max_idle or self.queued):
+        kept = max(self.max_idle, self.busy)  # as many idle as are in use: the same load comes back
+        if conn.keep_alive and not conn.closed and (len(self.idle) < kept or self.queued):
             conn.idle_since = time.monotonic()
             self.idle.append(conn)
             if self._sweep is None:
                 self._sweep = loop.call_later(self.expiry_s, self._expire)
         else:
             conn.close()
-        if not self.queued and len(self.idle) > self.max_idle:  # the queue is gone: keep max_idle, newest
-            surplus = len(self.idle) - self.max_idle
+        if not self.queued and len(self.idle) > kept:  # the queue and the load are gone: keep the newest
+            surplus = len(self.idle) - kept
             for extra in self.idle[:surplus]:
                 extra.close()
             del self.idle[:surplus]
@@ -439,6 +405,9 @@ class KeepAlivePool:
         for conn in self.idle:
             conn.close()
         self.idle.clear()
+        self.gate.close()
+        if self._probe_conn is not None:
+            self._probe_conn.close()
 
 
 class PeerClient(KeepAlivePool):

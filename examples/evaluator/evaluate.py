@@ -25,10 +25,13 @@ Who answers:
   --agent-url URL      GymSolver(trust_reward=True): a Gym agent server (simple_agent) runs each row
                        against the resources server and its model, and Gym's /verify reward counts
 
-Prints one JSON line per row (``{"row", "reward"}``, plus ``"status"``/``"error"`` when the
-Evaluator recorded a failure, e.g. Gym's 422), then ``{"summary": ...}``. ``--list-tools`` prints
-the tools ``HttpToolBackend`` lists; ``--call NAME JSON`` (repeatable) calls tools through it, in
-order, on one HTTP session (its cookies: see README.md on ``localhost`` vs ``127.0.0.1``).
+Prints one JSON line per row (``{"row", "reward"}``; a row the Evaluator recorded as failed, e.g.
+Gym's 422, has ``"status"``/``"error"`` and no reward), then ``{"summary": ...}``: the mean reward of
+the rows scored, none when no row was. When no row could be scored because the bridge could not be
+reached or refused the credentials, it exits 2 with one line naming the cause, never a mean reward.
+``--list-tools`` prints the tools ``HttpToolBackend`` lists; ``--call NAME JSON`` (repeatable) calls
+tools through it, in order, on one HTTP session (its cookies: see README.md on ``localhost`` vs
+``127.0.0.1``). A failure is one line on stderr (credentials in the URL never shown), exit 2.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ import argparse
 import asyncio
 import json
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from nemo_evaluator.engine.eval_loop import run_evaluation
 from nemo_evaluator.environments.base import EvalEnvironment, SeedResult
@@ -49,6 +54,57 @@ from nemo_evaluator.solvers.gym import GymSolver
 from nemo_evaluator.solvers.tool_backend import HttpToolBackend
 
 _STATUS = re.compile(r"^(\d{3}), message=")  # aiohttp's ClientResponseError text
+_UNREACHABLE = (
+    "Cannot connect to host",
+    "Connection refused",
+    "Server disconnected",
+    "Name or service not known",
+)
+
+
+class SetupFailed(Exception):
+    """Nothing was scored because of how the run is set up: one line saying what to fix."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` without the credentials it may carry (the API key)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def redacted(text: str, url: str | None) -> str:
+    """``text`` (an error message) without the credentials of ``url``; its first line."""
+    line = (text.strip().splitlines() or [""])[0]
+    if url:
+        line = line.replace(url, shown_url(url))
+        password = urlsplit(url).password
+        if password and len(password) >= 4:  # the key itself, wherever the message quotes it
+            line = line.replace(password, "***")
+    return line
+
+
+def setup_failure(rows: list[dict[str, Any]], where: str) -> str | None:
+    """Why no row was scored, when the cause is the run's setup (the bridge unreachable, or the key
+    refused) rather than the rows; None when some row was scored or the rows themselves failed."""
+    if not rows or any("error" not in row for row in rows):
+        return None
+    statuses = {row.get("status") for row in rows}
+    if statuses <= {401, 403}:
+        return (
+            f"the bridge at {where} refused every row ({'/'.join(str(s) for s in sorted(statuses))}): "
+            "put its API key in the URL, as http://eval:KEY@host:port (README.md)"
+        )
+    unreachable = [row for row in rows if any(mark in row["error"] for mark in _UNREACHABLE)]
+    if len(unreachable) == len(rows):
+        return (
+            f"no bridge answered at {where} ({unreachable[0]['error']}): start it and wait for its /readyz "
+            "(README.md), or fix --resources-url"
+        )
+    return None
 
 
 class FixedAnswerSolver:
@@ -96,8 +152,9 @@ async def evaluate(args: argparse.Namespace) -> list[dict[str, Any]]:
         error = (record.get("scoring_details") or {}).get("error")
         if error:
             found = _STATUS.match(str(error))
+            row["reward"] = None  # recorded as failed: the Evaluator's 0.0 there is no verdict
             row["status"] = int(found.group(1)) if found else None
-            row["error"] = str(error).split(", url=")[0]  # the URL may hold the key: not printed
+            row["error"] = redacted(str(error).split(", url=")[0], args.resources_url)  # the key: not shown
         rows.append(row)
     return sorted(rows, key=lambda r: r["row"])
 
@@ -138,15 +195,33 @@ def main() -> None:
     if args.list_tools or args.call:
         if not args.resources_url:
             parser.error("--list-tools and --call need --resources-url")
+    elif not args.data:
+        parser.error("--data is required to evaluate")
+    try:
+        run(args)
+    except Exception as exc:  # one line, never a traceback (it would show the key in the URL)
+        what = "" if isinstance(exc, SetupFailed) else f"{type(exc).__name__}: "
+        print(f"evaluate.py: {what}{redacted(str(exc), args.resources_url)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.list_tools or args.call:
         print(json.dumps(asyncio.run(tools(args))))
         return
-    if not args.data:
-        parser.error("--data is required to evaluate")
     rows = asyncio.run(evaluate(args))
     for row in rows:
         print(json.dumps(row))
+    where = shown_url(args.resources_url) if args.resources_url else "the bridge the Evaluator started"
+    failure = setup_failure(rows, where)
+    if failure is not None:
+        raise SetupFailed(f"no row was scored: {failure}")
     rewards = [r["reward"] for r in rows if r.get("reward") is not None]
-    summary = {"rows": len(rows), "mean_reward": sum(rewards) / len(rewards) if rewards else None}
+    summary = {
+        "rows": len(rows),
+        "scored": len(rewards),
+        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+    }
     print(json.dumps({"summary": summary}))
 
 

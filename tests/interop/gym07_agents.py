@@ -10,6 +10,7 @@ usage: gym07_agents.py '<JSON plan>'
      "agents": {"<instance>": {"agent": "<responses_api_agents folder>", "resources": "<instance>",
                                "port": int, "config": {...}}},
      "path": [str, ...],          # prepended to PATH: the pinned CLIs' bin folders
+     "relays": bool,              # optional: start the generated legacy_agent relays too (one Ray cluster)
      "log_dir": str, "ready_file": str}
 
 The global config is built as Gym's runner builds it (``GlobalConfigDictParser().parse``): each
@@ -94,18 +95,29 @@ global_config = GlobalConfigDictParser().parse(
 )
 config_yaml = OmegaConf.to_yaml(global_config)
 os.environ["NEMO_GYM_CONFIG_DICT"] = config_yaml
+relays = bool(plan.get("relays"))
+if relays:  # as nemo_gym.cli.env does: one Ray cluster started here, its address in every server's config
+    from nemo_gym.global_config import maybe_get_global_config_dict
+    from nemo_gym.server_utils import initialize_ray
+
+    initialize_ray()
+    global_config = maybe_get_global_config_dict()
+    config_yaml = OmegaConf.to_yaml(global_config)
+    os.environ["NEMO_GYM_CONFIG_DICT"] = config_yaml
 # every instance with an entrypoint, as nemo_gym.cli.env walks them, except the external ones (the
 # bridge) and the legacy_agent environment servers Gym 0.7 generates per agent: the test posts each
 # row to the agent's /run itself (what such a relay forwards), and each relay would start a Ray
 # cluster of its own (legacy_agent declares no ray_enabled), which times out on a loaded 2-core
 # machine. The real road, Gym's launcher and ng_collect_rollouts with the relays and Ray as Gym starts
-# them, runs claude_code_agent, codex_agent and simple_agent in tests/test_gym_launcher.py.
+# them, runs claude_code_agent, codex_agent and simple_agent in tests/test_gym_launcher.py. With
+# "relays" the relays are started too, on the one Ray cluster started above (as the launcher does), so
+# that ng_collect_rollouts can post each row to them.
 served: dict[str, tuple[Path, str, int]] = {}
 for name, top in global_config.items():
     if name in external or not OmegaConf.is_dict(top):
         continue
     for kind, servers in top.items():
-        if kind == "environment_servers":
+        if kind == "environment_servers" and not relays:
             continue
         for folder, server in servers.items() if OmegaConf.is_dict(servers) else ():
             if OmegaConf.is_dict(server) and "entrypoint" in server:

@@ -19,9 +19,11 @@ Steps (each a function below, so other code can reuse them):
    with Codex's own events as ``trajectory: {"format": "codex-exec", "messages": events}`` (the
    bridge converts them as in step 4); the bridge maps Codex's names back to the environment's.
 
-Only the standard library is used. Python >= 3.11.
+Runs in the bridge's environment (``make setup``'s ``.venv/bin/python``, Python >= 3.11): the
+standard library, and ``bridge.scoring.trajectory`` for step 4. From the project root:
 
-    python run_codex.py --bridge-url http://127.0.0.1:8000 --row ../../gym/data/example_session_state_mgmt.jsonl \\
+    .venv/bin/python examples/clients/codex/run_codex.py --bridge-url http://127.0.0.1:8000 \\
+        --row examples/gym/data/example_session_state_mgmt.jsonl \\
         --model-base-url https://api.openai.com/v1 --model gpt-5.1-codex --api-key-env OPENAI_API_KEY
 
 Prints one JSON object: the seed metadata, the config written, Codex's events, the converted
@@ -43,7 +45,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bridge.scoring.trajectory import from_codex_exec
+try:
+    from bridge.scoring.trajectory import from_codex_exec
+except ImportError:  # a Python without the bridge installed (a bare `python`)
+    sys.exit(
+        "run_codex.py: needs the bridge's environment: run it as .venv/bin/python "
+        "examples/clients/codex/run_codex.py from the project root (after make setup)"
+    )
 
 HEADER = "X-NeMo-Gym-Session-Token"
 PROVIDER_ID = "gym_provider"
@@ -152,7 +160,7 @@ def mcp_server_entry(metadata: dict[str, Any], url: str | None = None) -> dict[s
         # "MCP tool call requires approval, but approval policy is never".
         "default_tools_approval_mode": "approve",
         "startup_timeout_sec": 30,
-        "tool_timeout_sec": 120,
+        "tool_timeout_sec": 3600,  # Codex's default is 60 s; agentic tools run for minutes
     }
 
 

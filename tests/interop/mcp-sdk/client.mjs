@@ -5,6 +5,8 @@
 //   plan = {"url": ".../mcp", "headers": {...}, "calls": [{"name": "...", "arguments": {...}}, ...]}
 // prints one JSON object: negotiated protocol revision, server info, listed tools, and each call's
 // result (content, structuredContent, isError) in order. Exit code 0 unless the SDK itself failed.
+// A call with "options" (the SDK's request options: timeout, resetTimeoutOnProgress) also records the
+// progress notifications it got and how long it took, and an error instead of failing.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
@@ -36,6 +38,22 @@ try {
   out.list_error = { code: err.code ?? null, message: String(err.message ?? err) };
 }
 for (const call of plan.calls ?? []) {
+  if (call.options) {
+    // options: {timeout, resetTimeoutOnProgress}; progress notifications are recorded with their
+    // arrival time (ms since the call began), and an error is recorded instead of thrown
+    const progress = [];
+    const began = Date.now();
+    try {
+      const result = await client.callTool({ name: call.name, arguments: call.arguments ?? {} }, undefined, {
+        ...call.options,
+        onprogress: (p) => progress.push({ at_ms: Date.now() - began, ...p }),
+      });
+      out.calls.push({ name: call.name, ms: Date.now() - began, progress, structuredContent: result.structuredContent ?? null });
+    } catch (err) {
+      out.calls.push({ name: call.name, ms: Date.now() - began, progress, error: { code: err.code ?? null, message: String(err.message ?? err) } });
+    }
+    continue;
+  }
   const result = await client.callTool({ name: call.name, arguments: call.arguments ?? {} });
   out.calls.push({
     name: call.name,

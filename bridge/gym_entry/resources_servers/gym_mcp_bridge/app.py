@@ -116,8 +116,6 @@ def serve(name: str, block: dict[str, Any]) -> None:
         str(block["port"]),
         "--server-name",
         name,
-        "--resources-server",
-        str(block.get("environment") or DEFAULT_ENVIRONMENT),
         "--listen-when-ready",
     ]
     env = {key: value for key, value in os.environ.items() if not key.startswith("NEMO_GYM_CONFIG_")}
@@ -129,6 +127,8 @@ def serve(name: str, block: dict[str, Any]) -> None:
         fail("`bridge` must be a mapping of gym-mcp-bridge settings (field: value)")
     for field, value in settings.items():
         env[f"{ENV_PREFIX}{str(field).upper()}"] = setting_value(value)
+    if "upstream_url" not in settings:  # with one, the bridge refuses a managed-mode server beside it
+        command += ["--resources-server", str(block.get("environment") or DEFAULT_ENVIRONMENT)]
     print(
         f"{NAME}: starting the bridge for {name} on {block['host']}:{block['port']}",
         file=sys.stderr,
