@@ -18,7 +18,7 @@ import jwt
 import pytest
 
 from bridge.tokens import HEADER
-from tests.fixtures.bridges import SECRET, BridgeProcess, counter_row, mcp_client
+from tests.fixtures.bridges import SECRET, BridgeProcess, counter_row, mcp_client, refused_call
 
 
 def _refusal_line(text: str) -> str:
@@ -53,13 +53,7 @@ async def test_token_seeded_before_a_restart_is_lost_because_the_bridge_restarte
         assert "never seeded" not in detail
 
     # MCP: tools/call with the old token
-    async with mcp_client(f"{second.url}/mcp", token) as client:
-        try:
-            result = await client.call_tool("get_counter_value", {})
-            text = " ".join(getattr(c, "text", "") for c in result.content)
-            assert result.is_error, text
-        except Exception as exc:  # a JSON-RPC error carrying the refusal
-            text = str(exc) + str(getattr(exc, "error", ""))
+    text = await refused_call(f"{second.url}/mcp", token)
     assert "bridge restarted" in text and sid in text, text
 
     # A token signed with the same key and issuer by the running process (its boot claim, read from a

@@ -18,7 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.bridges import HEADER, BridgeProcess, counter_row, free_port, mcp_client, pid_alive
+from tests.fixtures.bridges import (
+    HEADER,
+    BridgeProcess,
+    counter_row,
+    free_port,
+    mcp_client,
+    pid_alive,
+    refused_call,
+)
 from tests.fixtures.helpers import claims_of, gym_response, metric
 
 pytestmark = pytest.mark.anyio
@@ -139,13 +147,7 @@ async def test_a_session_open_at_the_end_of_the_grace_period_is_named_then_refus
         body = {**counter_row(7, 8), "response": gym_response()}
         verify = httpx.post(f"{url}/verify", json=body, headers={HEADER: token}, timeout=30)
         assert verify.status_code == 409 and "reward" not in verify.json(), verify.text
-    async with mcp_client(seeded["mcp"]["url"], token) as client:
-        try:
-            result = await client.call_tool("get_counter_value", {})
-            text = " ".join(getattr(c, "text", "") for c in result.content)
-            assert result.is_error, text
-        except Exception as exc:  # a JSON-RPC error carrying the refusal
-            text = str(exc) + str(getattr(exc, "error", ""))
+    text = await refused_call(seeded["mcp"]["url"], token)
     assert "previous process" in text and sid in text, text
 
 

@@ -4,7 +4,8 @@ A fixed gate (``Gate(n)``) is a first-come-first-served semaphore of ``n``: a re
 (``acquire``) until one is ``release``d. An adaptive gate (``Gate(floor, ceiling, lagging)``) starts
 at ``floor`` and lets the upstream decide how far it goes: while requests wait, it asks
 ``lagging()`` every ``PROBE_S`` whether the upstream's event loop is behind (a cheap request it
-answered slower than ``LAG_S``: ``KeepAlivePool.lagging``). An upstream that keeps up -- its calls
+answered slower than ``LAG_S``: ``behind``, run in a thread by ``KeepAlivePool.lagging`` so that
+the bridge's own busy loop does not count). An upstream that keeps up -- its calls
 sleep on a test suite, a sandbox, a judge -- doubles the limit each time, up to ``ceiling``, so a
 step of long calls is all in the upstream within a second or two, as with Gym alone; one whose CPU is
 the bottleneck -- millisecond tools, thousands in flight -- keeps the limit where it is, and its
@@ -20,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
+import time
 from collections.abc import Awaitable, Callable
 
 PROBE_S = 0.25  # how often a waiting queue asks the upstream whether it keeps up
-LAG_S = 0.05  # a cheap request answered slower than this: the upstream's loop is behind
+LAG_S = 0.1  # a cheap request answered slower than this: the upstream's loop is behind
+PROBE_TIMEOUT_S = 2.0
 
 
 class Gate:
@@ -95,3 +99,27 @@ class Gate:
         if self._probing is not None:
             self._probing.cancel()
             self._probing = None
+
+
+def behind(host: str, port: int, host_header: bytes) -> bool:
+    """Whether the upstream at ``host:port`` answers a GET of its ``/openapi.json`` (FastAPI keeps
+    it built) later than ``LAG_S``, or not at all: blocking, on a connection of its own (a thread's)."""
+    request = b"".join(
+        (
+            b"GET /openapi.json HTTP/1.1\r\nhost: ",
+            host_header,
+            b"\r\nuser-agent: gym-mcp-bridge\r\nconnection: close\r\n\r\n",
+        )
+    )
+    began = time.perf_counter()
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
+            sock.sendall(request)
+            if not sock.recv(65536):
+                return True
+            answered = time.perf_counter() - began
+            while sock.recv(65536):  # the rest, to the server's close
+                pass
+    except OSError:  # refused, reset, or no answer within PROBE_TIMEOUT_S
+        return True
+    return answered > LAG_S

@@ -50,7 +50,7 @@ import httptools
 import httpx
 
 from bridge.throttle import Throttle
-from bridge.upstream.gate import LAG_S, Gate
+from bridge.upstream.gate import Gate, behind
 from bridge.upstream.poolstats import PoolStats, Waits
 from bridge.upstream.requestcheck import check_request
 
@@ -223,7 +223,6 @@ class KeepAlivePool:
         self.max_idle = max_idle if max_idle is not None else max(4, min(MAX_IDLE, max_connections // 8))
         # ``ceiling``: adaptive, from max_connections up to it while the upstream keeps up (gate.py)
         self.gate = Gate(max_connections, ceiling, self.lagging if ceiling is not None else None)
-        self._probe_conn: _Exchange | None = None
         self.busy = 0  # connections (or connects) in use
         self.queued = 0  # requests waiting for one
         self.waits = Waits()  # the requests that waited for a connection, and how long
@@ -269,25 +268,9 @@ class KeepAlivePool:
             )
 
     async def lagging(self) -> bool:
-        """Whether the upstream's loop is behind: a GET of its ``/openapi.json`` (cached by FastAPI) on
-        a connection of its own, outside the gate, not answered within ``LAG_S`` (or failed)."""
-        loop = asyncio.get_running_loop()
-        request = (
-            b"GET /openapi.json HTTP/1.1\r\nhost: "
-            + self.host_header
-            + b"\r\nuser-agent: gym-mcp-bridge\r\n\r\n"
-        )
-        began = loop.time()
-        try:
-            if self._probe_conn is None or not self._probe_conn.quiet():
-                self._probe_conn = await self._connect(self.connect_timeout_s)
-            await self._probe_conn.exchange(request, 1.0, loop)
-        except (OSError, TimeoutError):
-            if self._probe_conn is not None:
-                self._probe_conn.close()
-                self._probe_conn = None
-            return True
-        return loop.time() - began > LAG_S
+        """Whether the upstream's own loop is behind (``gate.behind``), asked from a thread so that
+        this bridge's loop, busy with the calls, does not count."""
+        return await asyncio.to_thread(behind, self.host, self.port, self.host_header)
 
     def _take(self) -> _Exchange | None:
         now = time.monotonic()
@@ -406,8 +389,6 @@ class KeepAlivePool:
             conn.close()
         self.idle.clear()
         self.gate.close()
-        if self._probe_conn is not None:
-            self._probe_conn.close()
 
 
 class PeerClient(KeepAlivePool):
