@@ -195,4 +195,6 @@ async def test_on_defaults_every_call_is_in_the_upstream_at_once_none_queued(
     for bridge in (a, b):
         assert metric(bridge, "gym_mcp_bridge_forwarded_total", outcome="relayed") == ROLLOUTS / 2
         limits = bridge.health()["connections"]
-        assert limits["upstream"]["limit"] >= ROLLOUTS and limits["peers"]["queued"] == 0
+        # the upstream's adaptive pool starts at 256, past the 150 calls each replica owns
+        assert limits["peers"]["limit"] >= ROLLOUTS and limits["upstream"]["limit"] >= ROLLOUTS / 2
+        assert limits["upstream"]["queued"] == 0 and limits["peers"]["queued"] == 0
