@@ -3,7 +3,7 @@
 The app records into ``Metrics`` as requests pass; ``GET /metrics`` renders ``registry``. The
 connection pools are read when scraped (``watch_pool``): their connections, their queue depth and,
 as the histogram ``gym_mcp_bridge_connection_wait_seconds``, how long requests waited for a
-connection (the pools count the waits themselves: ``bridge.upstream.transport.WAIT_BUCKETS``).
+connection (the pools count the waits themselves, by ``bridge.upstream.WAIT_BUCKETS``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from bridge import failures
-
-WAIT_BUCKETS = (0.001, 0.01, 0.1, 1.0, 5.0, 30.0, 120.0, 600.0)  # transport.WAIT_BUCKETS (no import cycle)
+from bridge.upstream import WAIT_BUCKETS
 
 LATENCY_BUCKETS = (
     0.0005,

@@ -19,6 +19,7 @@ to this package (their own tests excepted): ``tests/test_architecture.py`` holds
 """
 
 from bridge.upstream.child import BootInfo
+from bridge.upstream.poolstats import WAIT_BUCKETS
 from bridge.upstream.process import Upstream, UpstreamStartError
 from bridge.upstream.requestcheck import UpstreamRequestRefused, check_request
 from bridge.upstream.response import UpstreamResponse
@@ -31,6 +32,7 @@ from bridge.upstream.transport import (
 )
 
 __all__ = [
+    "WAIT_BUCKETS",
     "BootInfo",
     "ConnectTimeout",
     "PeerClient",
