@@ -43,6 +43,7 @@ from bridge.settings import Settings, advertise_url
 from bridge.tokens import HEADER, Claims, ForeignIssuer, TokenSigner
 from bridge.tools import InvalidToolName, ToolSets
 from bridge.upstream import (
+    TimeLimit,
     Upstream,
     UpstreamRequestRefused,
     UpstreamResponse,
@@ -355,7 +356,7 @@ class Bridge:
         path: str,
         body: bytes,
         cookie_header: str,
-        timeout: float | str | None = "tool_timeout_s",
+        timeout: TimeLimit = "tool_timeout_s",
         rollout: str | None = None,
     ) -> UpstreamResponse:
         """POST to the upstream with the caller's cookie; ``timeout`` as ``Upstream.post`` takes it

@@ -142,8 +142,9 @@ print(json.dumps(found))
 
 
 class StrangerBridge(LocalStub):
-    """A loopback HTTP server that answers /readyz and /healthz like a bridge requiring a key and
-    records the headers of every other request: where a leaked key would arrive."""
+    """A loopback HTTP server that answers /readyz and /healthz like a bridge serving the counter
+    and requiring a key, and records the headers of every other request: where a leaked key would
+    arrive. It passes every check the quickstart makes before it looks for a key."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
@@ -166,7 +167,14 @@ class StrangerBridge(LocalStub):
                 if self.path == "/readyz":
                     self._answer(200, {"ready": True})
                 elif self.path == "/healthz":
-                    self._answer(200, {"status": "ok", "rest_auth": "api_key"})
+                    self._answer(
+                        200,
+                        {
+                            "status": "ok",
+                            "rest_auth": "api_key",
+                            "upstream": {"server_name": "example_session_state_mgmt"},
+                        },
+                    )
                 else:
                     self._answer(404, {"detail": "not found"})
 

@@ -28,7 +28,6 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -38,11 +37,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from bridge.commands.replay import ground_truth_response
 from bridge.http.forwarding import MARKER
 from bridge.scoring.trajectory import function_calls
+from tests.fixtures.balancer import Balancer
 from tests.fixtures.bridges import (
     GYM_PYTHON,
     HEADER,
@@ -167,94 +166,6 @@ def workplace_replicas(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     replicas = start_bridges(upstreams, "workplace_assistant", log_dir)
     yield replicas
     stop(replicas)
-
-
-# -- the balancer --------------------------------------------------------------------------------------
-
-
-class Balancer:
-    """Round robin per request over ``backends``, as a Service without session affinity: the request
-    passes through untouched (its Host header too, as an L4 balancer leaves it) and so does the answer
-    (status, every header, every Set-Cookie). Runs uvicorn in a thread. An httpx transport, not a
-    client: a balancer keeps no cookies."""
-
-    def __init__(self, backends: list[str]) -> None:
-        self.backends = backends
-        self.turn = 0
-        self.hits: Counter[str] = Counter()
-        self.transport: httpx.AsyncHTTPTransport | None = None
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    self.transport = httpx.AsyncHTTPTransport()
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    assert self.transport is not None
-                    await self.transport.aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        backend = self.backends[self.turn % len(self.backends)]
-        self.turn += 1
-        self.hits[backend] += 1
-        assert self.transport is not None
-        query = scope["query_string"].decode()
-        request = httpx.Request(
-            scope["method"],
-            backend + scope["raw_path"].decode() + (f"?{query}" if query else ""),
-            headers=[(k, v) for k, v in scope["headers"] if k not in (b"content-length", b"connection")],
-            content=b"".join(chunks),
-            extensions={"timeout": httpx.Timeout(120).as_dict()},
-        )
-        response = await self.transport.handle_async_request(request)
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": [
-                        (k.lower(), v)
-                        for k, v in response.headers.raw
-                        if k.lower() not in (b"transfer-encoding", b"connection", b"date", b"server")
-                    ],
-                }
-            )
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await response.aclose()
-
-    def at(self, turn: int) -> str:
-        """The balancer's URL, its next request (a rollout's seed) going to backend ``turn``: so that
-        every replica owns sessions; the rollout's later requests go round as they come."""
-        self.turn = turn
-        return self.url
-
-    def __enter__(self) -> Balancer:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "balancer did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 # -- rollouts --------------------------------------------------------------------------------------

@@ -1,18 +1,22 @@
-"""Gym 0.7's collector records a session the bridge lost as a retryable failure, and its resume
-scores it as Gym's own server does.
+"""Gym 0.7's collector records a session whose replica was killed as a retryable failure, and its
+resume scores it as Gym's own server does.
 
 The servers are nemo-gym 0.7.0's own, started as ``gym env start`` starts them
 (``tests/interop/gym07_agents.py`` with ``relays``: the head server, one Ray cluster, ``simple_agent``
 twice and the ``legacy_agent`` relay Gym generates in front of each): ``simple_agent_bridge`` in
-front of a bridge managing Gym 0.7's ``example_session_state_mgmt``, ``simple_agent_inproc`` in front
-of the same environment served by Gym itself (with its in-process MCP exposure). The model is a stub
-replaying each row's solution (``StubPolicyEndpoint``, not a policy). Collection is Gym's own
+front of two bridge replicas behind a round-robin balancer (a Service without affinity; each replica
+manages its own Gym 0.7 ``example_session_state_mgmt``), ``simple_agent_inproc`` in front of the same
+environment served by Gym itself (with its in-process MCP exposure). The model is a stub replaying
+each row's solution (``StubPolicyEndpoint``, not a policy). Collection is Gym's own
 ``ng_collect_rollouts`` with ``route_failures_to_sidecar``.
 
-Mid-rollout, after the first tool call of one row, the stub kills the bridge's upstream (the bridge
-restarts it): that session is lost. Its rollout must land in the collector's failures sidecar,
-not terminal, with the bridge's ``session_lost`` and reason in the row, and never in the rollouts
-file; ``resume_from_cache`` then re-runs it, and it scores what Gym's own server scores.
+Mid-rollout, after the first tool call of one row, the stub SIGKILLs the replica that owns that
+row's session (a lost node, an OOM kill: no grace period). The row's next call reaches the other
+replica, which cannot forward it to the owner. Its rollout must land in the collector's failures
+sidecar, not terminal, with the bridge's ``transport_unreachable`` and reason in the row, and never
+in the rollouts file; ``resume_from_cache`` then re-runs it on the replica left, and it scores what
+Gym's own server scores. (``tests/test_gym_launcher.py`` walks the other way to lose a session, an
+upstream restarted under the bridge ``gym env start`` launched.)
 """
 
 from __future__ import annotations
@@ -21,14 +25,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests.fixtures.balancer import Balancer
 from tests.fixtures.bridges import ROOT, BridgeProcess, free_port, gym_servers
 from tests.fixtures.harness import counter_solution
 from tests.interop.gym_launcher import shipped_rows
@@ -39,45 +42,34 @@ pytestmark = [pytest.mark.launcher, pytest.mark.timeout(1800)]
 ENV = "example_session_state_mgmt"
 SERVERS = ROOT / "tests" / "interop" / "gym07_agents.py"
 ROWS = (0, 1)
-VICTIM = 1  # the row whose session is lost mid-run
+VICTIM = 1  # the row whose owner replica is killed mid-run
 
 
-class RestartingStub(StubPolicyEndpoint):
-    """The stub policy, calling ``before_step`` (once per armed prompt) before it answers the model
-    request that follows the row's first tool call."""
-
-    def __init__(self) -> None:
-        self.armed: dict[str, Callable[[], None]] = {}
-        super().__init__()
-
-    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        step = sum(
-            1
-            for i in body.get("input") or []
-            if isinstance(i, dict) and i.get("type") == "function_call_output"
-        )
-        hook = self.armed.pop(first_user_text(body), None) if step == 1 else None
-        if hook is not None:
-            hook()
-        return super().answer(body)
+def audit_env(path: Path) -> dict[str, str]:
+    return {"GYM_MCP_BRIDGE_AUDIT_LOG": str(path)}
 
 
-def restart_upstream(bridge: BridgeProcess) -> Callable[[], None]:
-    """Kill the bridge's managed upstream and wait until the bridge serves a new one."""
+def last_call_at(audit: Path) -> str:
+    """When the replica writing ``audit`` last served a tool call (ISO 8601 UTC, comparable as text)."""
+    lines = audit.read_text().splitlines() if audit.exists() else []
+    return str(json.loads(lines[-1])["time"]) if lines else ""
 
-    def restart() -> None:
-        before = bridge.health()["upstream"]
-        os.killpg(int(before["pid"]), signal.SIGKILL)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            health = bridge.health()["upstream"]
-            replaced = health.get("pid") not in (None, before["pid"]) and health.get("ready")
-            if replaced and httpx.get(f"{bridge.url}/readyz", timeout=5).status_code == 200:
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"the bridge's upstream was not back within 300s:\n{bridge.log()[-3000:]}")
 
-    return restart
+def kill_owner(
+    replicas: list[BridgeProcess], audits: list[Path], killed: list[BridgeProcess]
+) -> Callable[[], None]:
+    """A hook that SIGKILLs the replica that served the latest tool call, and its upstream: with one
+    rollout at a time, the owner of the session in progress (a forwarded call is served, and
+    logged, by the owner)."""
+
+    def kill() -> None:
+        owner = replicas[max(range(len(replicas)), key=lambda i: last_call_at(audits[i]))]
+        upstream = int(owner.health()["upstream"]["pid"])
+        owner.stop(signal.SIGKILL)  # the pod goes, and its resources server with it
+        os.killpg(upstream, signal.SIGKILL)
+        killed.append(owner)
+
+    return kill
 
 
 def collect(
@@ -117,21 +109,37 @@ def collect(
     return read(out), read(sidecar)
 
 
-def test_a_lost_session_is_a_retryable_failure_and_resume_scores_it_as_gym(
+def replicas_of(gym07_python: Path, log_dir: Path, audits: list[Path]) -> list[BridgeProcess]:
+    """Two replicas as a StatefulSet runs them: one secret, each its own advertise URL and upstream."""
+    replicas = []
+    for audit in audits:
+        port = free_port()
+        args = ["--gym-python", str(gym07_python), "--resources-server", ENV]
+        args += ["--advertise-url", f"http://127.0.0.1:{port}"]
+        replicas.append(
+            BridgeProcess(args=args, port=port, env=audit_env(audit)).start(log_dir, wait_ready=False)
+        )
+    for replica in replicas:
+        replica.wait_ready(300)
+    return replicas
+
+
+def test_a_session_whose_replica_died_is_a_retryable_failure_and_resume_scores_it_as_gym(
     gym07_python: Path, log_dir: Path, tmp_path: Path
 ) -> None:
     rows = [shipped_rows(gym07_python, ENV)[i] for i in ROWS]
-    bridge = BridgeProcess(args=["--gym-python", str(gym07_python), "--resources-server", ENV])
-    bridge.start(log_dir, timeout=300)
+    audits = [tmp_path / f"replica-{i}-audit.jsonl" for i in range(2)]
+    replicas = replicas_of(gym07_python, log_dir, audits)
+    killed: list[BridgeProcess] = []
     try:
-        with RestartingStub() as stub:
+        with StubPolicyEndpoint() as stub, Balancer([r.url for r in replicas]) as balancer:
             for row in rows:
                 stub.add(row["responses_create_params"], Plan(counter_solution(row)))
             head = {"host": "127.0.0.1", "port": free_port()}
             plan = {
                 "head": head,
                 "resources": {
-                    "bridge": {"env": ENV, "host": bridge.host, "port": bridge.port, "serve": False},
+                    "bridge": {"env": ENV, "host": "127.0.0.1", "port": balancer.port, "serve": False},
                     "inproc": {"env": ENV, "host": "127.0.0.1", "port": free_port(), "serve": True},
                 },
                 "models": {"policy_model": {"host": stub.host, "port": stub.port}},
@@ -162,11 +170,13 @@ def test_a_lost_session_is_a_retryable_failure_and_resume_scores_it_as_gym(
 
                 bridged_rows = [{**row, "agent_ref": {"name": "simple_agent_bridge"}} for row in rows]
                 victim_prompt = first_user_text(rows[VICTIM]["responses_create_params"])
-                stub.armed[victim_prompt] = restart_upstream(bridge)
+                stub.armed[victim_prompt] = kill_owner(replicas, audits, killed)
                 out = tmp_path / "bridge.jsonl"
-                one_at_a_time = "+num_samples_in_parallel=1"  # no other rollout sees the restart
+                one_at_a_time = "+num_samples_in_parallel=1"  # the owner of the one session in progress
                 first, failed = collect(gym07_python, head, bridged_rows, out, one_at_a_time)
-                assert stub.armed == {}, "the victim's rollout never reached its second model call"
+                assert stub.armed == {} and len(killed) == 1, (
+                    "the victim's rollout never reached its second call"
+                )
                 assert [int(r["_ng_task_index"]) for r in first] == [
                     i for i in range(len(rows)) if i != VICTIM
                 ]
@@ -179,8 +189,10 @@ def test_a_lost_session_is_a_retryable_failure_and_resume_scores_it_as_gym(
                 assert int(failure["_ng_task_index"]) == VICTIM and "reward" not in failure, failure
                 assert not failure.get("_ng_failure_terminal"), "retryable: resume must re-run it"
                 said = str(failure.get("_ng_failure_response_body"))
-                assert "session_lost" in said and "re-run the rollout from /seed_session" in said, said
-                assert "the upstream resources server restarted" in said, said
+                assert "transport_unreachable" in said and "re-run the rollout from /seed_session" in said, (
+                    said
+                )
+                assert f"owner replica {killed[0].url} of this session is unreachable" in said, said
 
                 resumed, failed_again = collect(
                     gym07_python, head, bridged_rows, out, one_at_a_time, "+resume_from_cache=true"
@@ -188,5 +200,10 @@ def test_a_lost_session_is_a_retryable_failure_and_resume_scores_it_as_gym(
                 assert failed_again == failed, "the resume added no failure"
                 scored = {int(r["_ng_task_index"]): float(r["reward"]) for r in resumed}
                 assert scored == expected, (scored, expected)
+                survivor = next(r for r in replicas if r is not killed[0])
+                assert last_call_at(audits[replicas.index(survivor)]) > last_call_at(
+                    audits[replicas.index(killed[0])]
+                ), "the re-run was served by the replica left"
     finally:
-        bridge.stop()
+        for replica in replicas:
+            replica.stop()

@@ -19,6 +19,9 @@ row's solution: 1.0) and a control (row 0 under another prompt, for which the st
 short: 0.0). The CLIs: Claude Code 2.1.332 (``claude_code_agent`` pins none) and Codex 0.144.4
 (``codex_agent``'s own pin), from the npm registry.
 
+On the same launch, a session lost mid-run: the launched bridge's upstream killed after a row's
+first tool call, collected with Gym's failures sidecar and resumed.
+
 Two launches: plain, and with ``observability_enabled: true`` (every Gym request to a resources server
 under ``/ng-rollout/<rollout id>/``; Gym's model servers and collector then require
 ``model_call_capture_dir``, and the model server captures every model call there).
@@ -37,7 +40,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.bridges import ROOT, BridgeProcess
+from tests.fixtures.bridges import ROOT, BridgeProcess, restart_upstream
 from tests.interop.gym_launcher import (
     Launcher,
     agent_in_front_of,
@@ -48,7 +51,7 @@ from tests.interop.gym_launcher import (
     shipped_rows,
 )
 from tests.interop.node import installed_cli
-from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint
+from tests.interop.stubs.gym_model_stub import StubPolicyEndpoint, first_user_text
 
 ENV = "example_session_state_mgmt"
 AGENTS = ("simple_agent", "claude_code_agent", "codex_agent")
@@ -69,7 +72,9 @@ class Launched:
     audit: list[dict[str, Any]]  # the launched bridge's audit log
     remote_audit: list[dict[str, Any]]
     cases: list[str]  # "solution" / "control", per case index
+    rows: list[dict[str, Any]]  # the row of each case
     remote: BridgeProcess  # the bridge the remote-mode instance watches
+    stub: StubPolicyEndpoint
 
 
 def reference_config(work: Path, remote: BridgeProcess) -> Path:
@@ -149,7 +154,9 @@ def launched(
                 read_jsonl(audit),
                 read_jsonl(remote_audit),
                 [case.kind for case in cases],
+                [case.row for case in cases],
                 remote,
+                stub,
             )
         finally:
             launcher.stop()
@@ -226,6 +233,44 @@ def test_observability_rollout_ids_reach_the_bridge(launched: Launched) -> None:
     # Gym's real model server was in the path: it captured the model calls of every rollout
     captured = list((launched.launcher.work / "model-calls").rglob("*"))
     assert any(path.is_file() for path in captured), captured
+
+
+def launched_bridge_url(log: str) -> str:
+    """The URL of the bridge the launcher started, from the line its entry prints."""
+    found = re.search(rf"{BRIDGE}: starting the bridge for {BRIDGE} on (\S+):(\d+)", log)
+    assert found is not None, log[-3000:]
+    return f"http://{found[1]}:{found[2]}"
+
+
+def test_a_session_lost_mid_run_is_a_retryable_failure_in_gyms_sidecar(launched: Launched) -> None:
+    """The launched bridge's upstream is killed after a row's first tool call (the bridge starts a
+    new one): Gym's collector (``+route_failures_to_sidecar=true``) puts that row in its failures
+    sidecar, retryable, with the bridge's ``session_lost`` and reason in it, and not in the rollouts
+    file; its resume re-runs the row, which then scores what Gym's in-process exposure scored."""
+    victim = 1
+    rows = [{**row, "agent_ref": {"name": "simple_agent"}} for row in launched.rows[:2]]
+    expected = [float(launched.rollouts[("simple_agent_in_process", case)]["reward"]) for case in range(2)]
+    assert expected == [1.0, 1.0], expected
+    prompt = first_user_text(rows[victim]["responses_create_params"])
+    launched.stub.armed[prompt] = restart_upstream(launched_bridge_url(launched.launcher.log()))
+    one_at_a_time = "+num_samples_in_parallel=1"  # no other rollout sees the restart
+    keys = ["+route_failures_to_sidecar=true", one_at_a_time]
+    first = launched.launcher.collector(rows, "lost", keys)
+    failed = launched.launcher.failures("lost")
+    assert launched.stub.armed == {}, "the victim's rollout never reached its second model call"
+    assert [(int(r["_ng_task_index"]), float(r["reward"])) for r in first] == [(0, expected[0])]
+    assert len(failed) == 1 and int(failed[0]["_ng_task_index"]) == victim, failed
+    failure = failed[0]
+    assert "reward" not in failure and not failure.get("_ng_failure_terminal"), failure
+    said = str(failure.get("_ng_failure_response_body"))
+    assert "session_lost" in said and "the upstream resources server restarted" in said, said
+    assert "re-run the rollout from /seed_session" in said, said
+
+    resumed = launched.launcher.collector(rows, "lost", [*keys, "+resume_from_cache=true"])
+    assert launched.launcher.failures("lost") == failed, "the resume added no failure"
+    assert sorted((int(r["_ng_task_index"]), float(r["reward"])) for r in resumed) == list(
+        enumerate(expected)
+    )
 
 
 def test_remote_bridge_watched_by_the_launcher(launched: Launched) -> None:

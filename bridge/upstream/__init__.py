@@ -20,7 +20,7 @@ to this package (their own tests excepted): ``tests/test_architecture.py`` holds
 
 from bridge.upstream.child import BootInfo
 from bridge.upstream.poolstats import WAIT_BUCKETS
-from bridge.upstream.process import Upstream, UpstreamStartError
+from bridge.upstream.process import TimeLimit, Upstream, UpstreamStartError
 from bridge.upstream.requestcheck import UpstreamRequestRefused, check_request
 from bridge.upstream.response import UpstreamResponse
 from bridge.upstream.transport import (
@@ -37,6 +37,7 @@ __all__ = [
     "ConnectTimeout",
     "PeerClient",
     "PoolStats",
+    "TimeLimit",
     "Upstream",
     "UpstreamRequestRefused",
     "UpstreamResponse",

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from bridge import exactjson
-from bridge.upstream import Upstream, UpstreamResponse
+from bridge.upstream import TimeLimit, Upstream, UpstreamResponse
 
 log = logging.getLogger("gym_mcp_bridge.upstream_mcp")
 
@@ -69,7 +69,7 @@ async def _request(
     method: str,
     params: dict[str, Any],
     headers: dict[str, str] | None,
-    timeout: float | str | None,
+    timeout: TimeLimit,
 ) -> tuple[UpstreamResponse, dict[str, Any] | None]:
     body = exactjson.dumps({"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params})
     response = await upstream.post(MCP_PATH, body, _headers(headers), timeout=timeout)
@@ -124,7 +124,7 @@ async def call(
     headers: dict[str, str],
     name: str,
     arguments: dict[str, Any],
-    timeout: float | str | None = "tool_timeout_s",
+    timeout: TimeLimit = "tool_timeout_s",
 ) -> tuple[UpstreamResponse, str, bool, Any]:
     """Forward one ``tools/call`` with the session's upstream token: (answer, text, is_error,
     structured). ``timeout`` as ``Upstream.post`` takes it: by default the operator's

@@ -32,7 +32,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.trace import SpanKind
 
@@ -54,6 +54,11 @@ _WAITING_LINE_S = 10.0  # an external upstream that does not answer yet: a log l
 
 class UpstreamStartError(Exception):
     """The upstream could not be started or reached; str(exc) says what and how to fix it."""
+
+
+# An upstream request's time limit: the setting holding the operator's limit (named in the refusal;
+# unset: none), seconds (the bridge's own small calls), or None (none).
+TimeLimit = Literal["tool_timeout_s", "verify_timeout_s"] | float | None
 
 
 class Upstream:
@@ -312,7 +317,7 @@ class Upstream:
     # -- requests -------------------------------------------------------------------------------
 
     async def post(
-        self, path: str, body: bytes, headers: dict[str, str], timeout: float | str | None = "tool_timeout_s"
+        self, path: str, body: bytes, headers: dict[str, str], timeout: TimeLimit = "tool_timeout_s"
     ) -> UpstreamResponse:
         """POST ``body`` to ``path``: the answer, or ``UpstreamTimeout`` / ``UpstreamUnavailable``;
         ``UpstreamRequestRefused`` (nothing sent; answer 400) for a path or header that fails
@@ -335,7 +340,7 @@ class Upstream:
         path: str,
         body: bytes,
         headers: dict[str, str],
-        timeout: float | str | None = "tool_timeout_s",
+        timeout: TimeLimit = "tool_timeout_s",
         via_httpx: bool = False,
     ) -> UpstreamResponse:
         budget = getattr(self.settings, timeout) if isinstance(timeout, str) else timeout
@@ -352,7 +357,7 @@ class Upstream:
             raise self._unavailable(f"upstream failed on {rollouts.shown_path(path)}: {reason}") from exc
 
     async def _post_httpx(
-        self, path: str, body: bytes, headers: dict[str, str], budget: float | str | None
+        self, path: str, body: bytes, headers: dict[str, str], budget: TimeLimit
     ) -> UpstreamResponse:
         """``post`` as an ``https://`` upstream gets it (over httpx), whatever this one's URL."""
         return await self._post(path, body, headers, budget, via_httpx=True)

@@ -257,6 +257,16 @@ class Launcher:
         )
         return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
+    def failures(self, name: str) -> list[dict[str, Any]]:
+        """The failures sidecar the collector wrote beside ``<name>-rollouts.jsonl`` (with
+        ``+route_failures_to_sidecar=true``; nemo_gym.path_utils.failures_path_for)."""
+        path = self.work / f"{name}-rollouts_failures.jsonl"
+        return (
+            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if path.exists()
+            else []
+        )
+
     def collect(
         self, agents: list[str], cases: list[Case], name: str, timeout_s: float = 900
     ) -> dict[tuple[str, int], dict[str, Any]]:

@@ -15,6 +15,7 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,7 +164,26 @@ class StubPolicyEndpoint(StubGymModelServer):
     metadata, so a request belongs to the plan whose registered prompt is the longest one contained
     in the request's text; the planned tool is called by the name the request offered for it: the
     name itself, a namespace child of that name (Codex), or the one offered name ending in
-    ``_<tool>`` (``mcp__<server>__<tool>``)."""
+    ``_<tool>`` (``mcp__<server>__<tool>``).
+
+    ``armed`` (a row's first user text -> a hook) is where a test breaks a rollout mid-run: the hook
+    runs once, outside the lock, before the answer to the model request that follows that row's
+    first tool output."""
+
+    def __init__(self) -> None:
+        self.armed: dict[str, Callable[[], None]] = {}
+        super().__init__()
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        step = sum(
+            1
+            for i in body.get("input") or []
+            if isinstance(i, dict) and i.get("type") == "function_call_output"
+        )
+        hook = self.armed.pop(first_user_text(body), None) if step == 1 else None
+        if hook is not None:
+            hook()
+        return super().answer(body)
 
     def plan_for(self, body: dict[str, Any]) -> Plan | None:
         text = json.dumps(body.get("input"))
