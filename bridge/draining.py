@@ -6,7 +6,9 @@ until each is finished (verified or closed) or the shutdown grace period ends.
 (``seeding``: a seed the upstream is still answering becomes a session to wait for), or at the
 deadline with the sessions still unfinished, which the caller names in the log and counts. Peers
 keep forwarding the sessions this replica owns meanwhile: it keeps its port open until the wait
-ends. Whoever holds the ``Drain`` (``bridge.service.Bridge``) checks ``active`` before a seed.
+ends. Whoever holds the ``Drain`` (``bridge.service.Bridge``) checks ``active`` before a seed. Once
+the process stops (``stopped``), a request still waiting for the upstream is answered with
+``stopped_reason``, its session's loss, instead of being dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Drain:
         self.deadline = 0.0
         self.grace_s = 0.0
         self.seeding = 0  # seeds the upstream is answering now
+        self.stopped = False  # the process is stopping: a request cut now loses its session
 
     @property
     def active(self) -> bool:
@@ -51,6 +54,15 @@ class Drain:
             f"draining: this replica received SIGTERM and takes no new sessions; it serves the {unfinished} "
             f"unfinished sessions it holds until they finish (at most {left:.0f}s more of its "
             f"shutdown_grace_s={self.grace_s:g}), then exits; seed on another replica"
+        )
+
+    def stopped_reason(self) -> str:
+        """The refusal of a call or ``/verify`` still running when the process stops (the grace
+        period over, SIGINT, or a second signal): uvicorn cancels it, and its session is lost."""
+        return (
+            "this replica stopped while the request was running (its shutdown grace period ended, or "
+            "SIGINT or a second signal stopped it at once): the upstream may still have applied it, and "
+            "this session is lost"
         )
 
     async def wait(self, unfinished: Callable[[], list[Session]]) -> list[Session]:

@@ -181,10 +181,8 @@ class Bridge:
     async def seed(
         self, body: bytes, row: dict[str, Any], cookie_header: str, rollout: str | None = None
     ) -> tuple[UpstreamResponse, Session | None]:
-        """Forward a seed; on success create the session. Returns the upstream response and session.
-
-        A row that declares a tool named against the MCP rule is refused before anything is
-        forwarded: its name would otherwise become a request line to the upstream."""
+        """Forward a seed; on success create the session: (the upstream's answer, the session). A row
+        declaring a tool named against the MCP rule is refused first (the name would be a request line)."""
         if self.toolsets is None or self.signer is None:
             raise Rejected(self.not_ready_reason() or "not ready", "not_ready", retry_after=1)
         if self.drain.active:
@@ -243,7 +241,10 @@ class Bridge:
             self.sessions.sweep(generation=self.upstream.generation)  # expired, or the upstream's lost
             return self.sessions.unfinished()
 
-        left = await self.drain.wait(unfinished)
+        try:
+            left = await self.drain.wait(unfinished)
+        finally:  # over, or cut by a second signal: the process stops next
+            self.drain.stopped = True
         if left:
             self.metrics.sessions_ended.labels("shutdown").inc(len(left))
         return left
@@ -283,24 +284,40 @@ class Bridge:
             allowed = ", ".join(session.tool_names) or "none"
             raise Rejected(f"unknown tool {name!r} for this session (tools: {allowed})", "unknown_tool")
         sent = exactjson.dumps(arguments)  # once: the upstream's body, the log's copy, the retry's identity
+        first = None
         if retry is not None:
             digest = retries.fingerprint(name, sent)
             try:
                 first = retries.previous(session, retry, name, digest)
             except RetryRefused as exc:
                 raise Rejected(str(exc), "retry") from exc
-            if first is not None and first.answer is not None:
-                self.metrics.retries.labels(retry.matched_by).inc()
-                return await asyncio.shield(first.answer)
-        call = self._call_tool(session, name, arguments, sent, transport, emitted, rollout)
-        answer = asyncio.ensure_future(call)
-        if session.in_flight is None:  # held here until it ends: a /verify of the session waits for it
-            session.in_flight = set()
-        session.in_flight.add(answer)
-        answer.add_done_callback(session.in_flight.discard)
-        if retry is not None:
-            retries.remember(self.sessions, session, retry, name, digest, answer)
-        return await asyncio.shield(answer)
+        if first is not None and first.answer is not None and retry is not None:
+            self.metrics.retries.labels(retry.matched_by).inc()
+            answer = first.answer
+        else:
+            answer = asyncio.ensure_future(
+                self._call_tool(session, name, arguments, sent, transport, emitted, rollout)
+            )
+            if session.in_flight is None:  # held here until it ends: a /verify of the session waits for it
+                session.in_flight = set()
+            session.in_flight.add(answer)
+            answer.add_done_callback(session.in_flight.discard)
+            if retry is not None:
+                retries.remember(self.sessions, session, retry, name, digest, answer)
+        try:
+            return await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            self._refuse_if_stopped()
+            raise
+
+    def _refuse_if_stopped(self) -> None:
+        """Inside ``except CancelledError``: a wait uvicorn cut because this replica stops is the
+        session's loss in Gym's words, as for a restarted replica, not a bare 500."""
+        if self.drain.stopped:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            raise Rejected(self.drain.stopped_reason(), "lost") from None
 
     async def _call_tool(
         self,
@@ -375,38 +392,42 @@ class Bridge:
         rollout = rollout or (session.rollout_id if session is not None else None)
         if rollout:
             attributes["gym.rollout_id"] = rollouts.label(rollout)
-        with tracing.span("verify", SpanKind.INTERNAL, **attributes):
-            started = time.perf_counter()
-            if session is not None and session.in_flight:
-                # a call whose client gave up (cancelled, disconnected, timed out) still runs upstream:
-                # the score and the log wait for what it applied
-                await asyncio.wait(set(session.in_flight))
-            if (
-                self.toolsets is not None
-                and not self.toolsets.catch_all
-                and "verify" not in self.upstream_routes
-            ):
-                raise Rejected(
-                    "this upstream has no /verify: it scores inside its own tools "
-                    "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
-                    "no_verify",
+        try:
+            with tracing.span("verify", SpanKind.INTERNAL, **attributes):
+                started = time.perf_counter()
+                if session is not None and session.in_flight:
+                    # a call whose client gave up (cancelled, disconnected, timed out) still runs upstream:
+                    # the score and the log wait for what it applied
+                    await asyncio.wait(set(session.in_flight))
+                if (
+                    self.toolsets is not None
+                    and not self.toolsets.catch_all
+                    and "verify" not in self.upstream_routes
+                ):
+                    raise Rejected(
+                        "this upstream has no /verify: it scores inside its own tools "
+                        "(a Gym GymnasiumServer returns each step's reward from its 'step' tool)",
+                        "no_verify",
+                    )
+                aliases = {self.upstream.server_name, *self.settings.server_aliases}
+                upstream_tools = self.toolsets.openapi.names if self.toolsets is not None else ()
+                places = self.provenance_places
+                prepared = verifying.prepared(body, session, aliases, upstream_tools, places, self.metrics)
+                answer = await self.forward(
+                    "/verify",
+                    exactjson.dumps(prepared.scoring),
+                    session.cookie if session is not None else cookies,
+                    timeout="verify_timeout_s",
+                    rollout=rollout,
                 )
-            aliases = {self.upstream.server_name, *self.settings.server_aliases}
-            upstream_tools = self.toolsets.openapi.names if self.toolsets is not None else ()
-            places = self.provenance_places
-            prepared = verifying.prepared(body, session, aliases, upstream_tools, places, self.metrics)
-            answer = await self.forward(
-                "/verify",
-                exactjson.dumps(prepared.scoring),
-                session.cookie if session is not None else cookies,
-                timeout="verify_timeout_s",
-                rollout=rollout,
-            )
-            self.metrics.verify_latency.observe(time.perf_counter() - started)
-            if answer.is_success and session is not None:  # the rollout is finished: see bridge.sessions
-                self.sessions.finish(session)
-                self.count_sessions()
-            return verifying.answered(answer, prepared, session, asked, self.keys[0], self.metrics)
+                self.metrics.verify_latency.observe(time.perf_counter() - started)
+                if answer.is_success and session is not None:  # the rollout is finished: see bridge.sessions
+                    self.sessions.finish(session)
+                    self.count_sessions()
+                return verifying.answered(answer, prepared, session, asked, self.keys[0], self.metrics)
+        except asyncio.CancelledError:
+            self._refuse_if_stopped()
+            raise
 
     def count_sessions(self) -> None:
         """Session gauges from the registry; the sessions it ended by itself are released on the

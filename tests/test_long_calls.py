@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +26,15 @@ import orjson
 import pytest
 
 from bridge.settings import Settings, soft_open_files
-from tests.fixtures.bridges import GYM_PYTHON, HEADER, BridgeProcess, boot_upstream, wait_for_upstream
-from tests.fixtures.helpers import MCP_HEADERS, fault_env, metric, post_once, rpc_call
+from tests.fixtures.bridges import (
+    GYM_PYTHON,
+    HEADER,
+    BridgeProcess,
+    boot_upstream,
+    mcp_client,
+    wait_for_upstream,
+)
+from tests.fixtures.helpers import MCP_HEADERS, fault_env, metric, post_once, rpc_call, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -198,3 +206,49 @@ async def test_on_defaults_every_call_is_in_the_upstream_at_once_none_queued(
         # the upstream's adaptive pool starts at 256, past the 150 calls each replica owns
         assert limits["peers"]["limit"] >= ROLLOUTS and limits["upstream"]["limit"] >= ROLLOUTS / 2
         assert limits["upstream"]["queued"] == 0 and limits["peers"]["queued"] == 0
+
+
+async def test_a_call_running_when_the_grace_period_ends_is_refused_in_gyms_words(
+    spawn_bridge: Any, slow_upstream: str
+) -> None:
+    """SIGTERM on replica A with ``shutdown_grace_s`` 2: three sessions' 60 s calls hold its drain:
+    one from the official MCP SDK client at A (the fast path), one at A whose repeated header sends
+    it through the SDK's own handler, one over REST through replica B (forwarded to A). A neighbour
+    session on A calls and verifies meanwhile: served, exact. When the grace period is over, each
+    held call is answered with its session's loss in Gym's words (an ``isError`` result, a JSON-RPC
+    error with its id, a 409 relayed by B), not dropped and not a bare 500; A exits by itself with
+    no traceback in its log."""
+    a: BridgeProcess = spawn_bridge(
+        ["--upstream-url", slow_upstream], env={"GYM_MCP_BRIDGE_SHUTDOWN_GRACE_S": "2"}
+    )
+    b: BridgeProcess = spawn_bridge(["--upstream-url", slow_upstream])
+    held_fast, held_sdk, held_rest, neighbour = [await seed(a.url) for _ in range(4)]
+
+    async def sdk_client() -> Any:
+        async with mcp_client(f"{a.url}/mcp", held_fast) as client:
+            return await client.call_tool("slow_step", {"seconds": 60})
+
+    repeated = {**CALL_HEADERS, HEADER: held_sdk}  # post_once sends its own content-type too
+    held = asyncio.gather(
+        sdk_client(),
+        post_once(a.url, "/mcp", rpc_call("slow_step", {"seconds": 60}, 7), repeated),
+        post_once(b.url, "/slow_step", {"seconds": 60}, {HEADER: held_rest}),
+    )
+    await asyncio.sleep(1)
+    assert a.proc is not None
+    a.proc.send_signal(signal.SIGTERM)
+    assert (await call(a.url, neighbour, 0.2))["structuredContent"] == {"slept": 0.2, "count": 1}
+    assert await verify(a.url, neighbour) == 1.0
+
+    fast, (sdk_status, _, sdk_body), (rest_status, _, rest_body) = await held
+    lost = "this replica stopped while the request was running"
+    assert fast.is_error and lost in text_of(fast), text_of(fast)
+    assert (fast.meta or {}).get("failure_kind") == "session_lost", fast
+    error = orjson.loads(sdk_body)
+    assert sdk_status == 200 and error["id"] == 7 and lost in error["error"]["message"], sdk_body[:500]
+    assert error["error"]["data"]["failure_kind"] == "session_lost", error
+    refused = orjson.loads(rest_body)
+    assert rest_status == 409 and lost in refused["detail"], rest_body[:500]
+    assert refused["failure_kind"] == "session_lost" and refused["terminal"] is False, refused
+    assert a.proc.wait(30) == 0
+    assert "ended with 3 sessions unfinished" in a.log() and "Traceback" not in a.log(), a.log()[-3000:]

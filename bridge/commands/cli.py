@@ -49,11 +49,15 @@ class StartupError(Exception):
 class BridgeServer(uvicorn.Server):
     """uvicorn's server with the bridge's signals: the first SIGTERM drains the sessions held
     (``on_sigterm``, run on the event loop) while uvicorn keeps accepting; SIGINT or a second
-    signal stops at once (answers in flight are cancelled; the upstream is still stopped)."""
+    signal stops at once (``on_stop``: answers in flight are cancelled, each refused in Gym's words;
+    the upstream is still stopped)."""
 
-    def __init__(self, config: uvicorn.Config, on_sigterm: Callable[[], None]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_sigterm: Callable[[], None], on_stop: Callable[[], None]
+    ) -> None:
         super().__init__(config)
         self.on_sigterm = on_sigterm
+        self.on_stop = on_stop
         self.loop: asyncio.AbstractEventLoop | None = None
         self.signalled = False
 
@@ -63,6 +67,7 @@ class BridgeServer(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.on_sigterm)
             return
         self.signalled = True
+        self.on_stop()
         self.config.timeout_graceful_shutdown = 0
         self.should_exit = True
 
@@ -238,7 +243,7 @@ async def serve(settings: Settings, notes: Sequence[tuple[int, str]] = ()) -> No
         timeout_keep_alive=75,
         lifespan="on",
     )
-    server = BridgeServer(config, front.on_sigterm)
+    server = BridgeServer(config, front.on_sigterm, front.stop_now)
     server.loop = asyncio.get_running_loop()
     started.append(server)
     # A no-op handler underneath uvicorn's: a signal after it has restored them is no traceback.

@@ -33,6 +33,7 @@ the token again.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -53,6 +54,7 @@ from bridge.http.forwarding import Forwarding
 from bridge.http.mcp_fastpath import FastPath, RetryParts, Verdict
 from bridge.http.mcp_results import Reply, call_result
 from bridge.http.requests import read_body
+from bridge.http.responses import jsonrpc_error
 from bridge.service import Bridge
 from bridge.tokens import Claims, from_headers, from_raw_headers
 
@@ -132,7 +134,13 @@ class McpEndpoint:
         scope[_VERDICT] = (token, verdict)
         if b'"initialize"' in body and _is_initialize(body):
             send = _labelled(send)
-        await self.sdk_app(scope, receive, send)
+        watched = _Watched(send)
+        try:
+            await self.sdk_app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if not self.bridge.drain.stopped or watched.started:
+                raise
+            await _answer_stopped(send, body, self.bridge.drain.stopped_reason())
 
     def _verdict(self, token: str | None) -> Verdict:
         """The token's verified claims, or the refusal (``Foreign``: another replica's session,
@@ -237,6 +245,31 @@ def _is_initialize(body: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(message, dict) and message.get("method") == "initialize"
+
+
+class _Watched:
+    """``send``, noting whether the answer has started."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Any) -> None:
+        self.started = True
+        await self.send(message)
+
+
+async def _answer_stopped(send: Send, body: bytes, reason: str) -> None:
+    """A request the SDK was answering when this replica stopped (uvicorn cancels what still runs):
+    its session's loss as a JSON-RPC error with its id, in Gym's words, not a bare 500."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    message = exactjson.loads(body)  # a JSON-RPC request: ``jsonrpc.refused`` let it through
+    payload = jsonrpc_error(200, reason, message.get("id"), INVALID_SESSION, "lost")
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def _labelled(send: Send) -> Send:

@@ -192,6 +192,11 @@ class ServingApp:
             return
         self._drain = asyncio.ensure_future(self._drained(self.bridge, grace))
 
+    def stop_now(self) -> None:
+        """SIGINT or a second signal: what uvicorn cancels from now on is refused as its session's loss."""
+        if self.bridge is not None:
+            self.bridge.drain.stopped = True
+
     async def _drained(self, bridge: Bridge, grace: float) -> None:
         started = time.monotonic()
         log.info(
