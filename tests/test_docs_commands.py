@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.bridges import ROOT, BridgeProcess, free_port
+from tests.fixtures.bridges import ROOT, BridgeProcess, free_port, running_bridge
 
 SHELL = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^(\s*)```(\S*)")
@@ -400,9 +400,8 @@ def keyed_bridge(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """`make run`'s bridge (the embedded default environment) with a REST API key, as compose runs it."""
     key_file = tmp_path_factory.mktemp("docs-key") / "api-key"
     key_file.write_text(KEY)
-    bridge = BridgeProcess(args=["--api-key-file", str(key_file)]).start(log_dir)
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--api-key-file", str(key_file), timeout=120) as bridge:
+        yield bridge
 
 
 def test_the_readme_lists_every_client_config_client() -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.balancer import Balancer
-from tests.fixtures.bridges import ROOT, BridgeProcess, free_port, gym_servers
+from tests.fixtures.bridges import ROOT, BridgeProcess, free_port, gym_servers, read_jsonl
 from tests.fixtures.harness import counter_solution
 from tests.interop.gym_launcher import shipped_rows
 from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint, first_user_text
@@ -43,10 +43,6 @@ ENV = "example_session_state_mgmt"
 SERVERS = ROOT / "tests" / "interop" / "gym07_agents.py"
 ROWS = (0, 1)
 VICTIM = 1  # the row whose owner replica is killed mid-run
-
-
-def audit_env(path: Path) -> dict[str, str]:
-    return {"GYM_MCP_BRIDGE_AUDIT_LOG": str(path)}
 
 
 def last_call_at(audit: Path) -> str:
@@ -98,15 +94,7 @@ def collect(
     out.with_name(f"{out.stem}-collect.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     sidecar = out.with_name(out.stem + "_failures.jsonl")  # nemo_gym.path_utils.failures_path_for
-
-    def read(path: Path) -> list[dict[str, Any]]:
-        return (
-            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.exists()
-            else []
-        )
-
-    return read(out), read(sidecar)
+    return read_jsonl(out), read_jsonl(sidecar)
 
 
 def replicas_of(gym07_python: Path, log_dir: Path, audits: list[Path]) -> list[BridgeProcess]:
@@ -117,7 +105,9 @@ def replicas_of(gym07_python: Path, log_dir: Path, audits: list[Path]) -> list[B
         args = ["--gym-python", str(gym07_python), "--resources-server", ENV]
         args += ["--advertise-url", f"http://127.0.0.1:{port}"]
         replicas.append(
-            BridgeProcess(args=args, port=port, env=audit_env(audit)).start(log_dir, wait_ready=False)
+            BridgeProcess(args=args, port=port, env={"GYM_MCP_BRIDGE_AUDIT_LOG": str(audit)}).start(
+                log_dir, wait_ready=False
+            )
         )
     for replica in replicas:
         replica.wait_ready(300)

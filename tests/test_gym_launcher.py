@@ -29,7 +29,6 @@ under ``/ng-rollout/<rollout id>/``; Gym's model servers and collector then requ
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.bridges import ROOT, BridgeProcess, restart_upstream
+from tests.fixtures.bridges import ROOT, BridgeProcess, read_jsonl, restart_upstream
 from tests.interop.gym_launcher import (
     Launcher,
     agent_in_front_of,
@@ -101,12 +100,6 @@ def reference_config(work: Path, remote: BridgeProcess) -> Path:
 
 def agent_instances() -> list[str]:
     return [*(name for agent in AGENTS for name in (agent, f"{agent}_in_process")), "simple_agent_remote"]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    )
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ import pytest
 from bridge.settings import Settings
 from bridge.upstream import process
 from bridge.upstream.process import Upstream, UpstreamStartError
-from tests.fixtures.bridges import BRIDGE, GYM_PYTHON, ROOT, SECRET, BridgeProcess, free_port
+from tests.fixtures.bridges import BRIDGE, GYM_PYTHON, ROOT, SECRET, BridgeProcess, free_port, running_bridge
 
 KEY = "newcomer-test-key-" + "n" * 40
 GYM_SERVERS = GYM_PYTHON.parent.parent / "lib"
@@ -67,9 +67,8 @@ def keyed(log_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
     """The default environment behind a REST API key, started from a key file (as the docs do)."""
     key_file = tmp_path_factory.mktemp("newcomer") / "api-key"
     key_file.write_text(KEY)
-    bridge = BridgeProcess(args=["--api-key-file", str(key_file)]).start(log_dir)
-    yield bridge
-    bridge.stop()
+    with running_bridge(log_dir, "--api-key-file", str(key_file), timeout=120) as bridge:
+        yield bridge
 
 
 # -- show-config -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from benchmarks.procs import free_port
+from tests.fixtures.bridges import read_jsonl
 from tests.fixtures.harness import counter_solution
 from tests.interop.stubs.gym_model_stub import Plan, StubPolicyEndpoint
 
@@ -260,12 +261,7 @@ class Launcher:
     def failures(self, name: str) -> list[dict[str, Any]]:
         """The failures sidecar the collector wrote beside ``<name>-rollouts.jsonl`` (with
         ``+route_failures_to_sidecar=true``; nemo_gym.path_utils.failures_path_for)."""
-        path = self.work / f"{name}-rollouts_failures.jsonl"
-        return (
-            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.exists()
-            else []
-        )
+        return read_jsonl(self.work / f"{name}-rollouts_failures.jsonl")
 
     def collect(
         self, agents: list[str], cases: list[Case], name: str, timeout_s: float = 900
